@@ -1,0 +1,92 @@
+//! Which keys each query row of a block may see, and the logit transforms (softcap, ALiBi,
+//! mask) applied to a tile of scores.
+
+use crate::params::{AttnCall, Sequence};
+
+/// The key intervals of the rows `[i0, i0 + rows)` of one sequence.
+pub struct RowRanges {
+    /// Window interval `[lo, hi)` per row, clipped to the sequence's keys.
+    pub window: Vec<(usize, usize)>,
+    /// Extra interval per row from `mm_prefix_ranges` (empty when `lo >= hi`).
+    pub prefix: Vec<(usize, usize)>,
+}
+
+impl RowRanges {
+    pub fn new(call: &AttnCall, seq: &Sequence, prefix_ranges: &[(i32, i32)], i0: usize, rows: usize) -> Self {
+        let (s_q, s_k) = (seq.q_len, seq.k_len);
+        let window = (i0..i0 + rows).map(|i| call.window.key_range(i, s_q, s_k)).collect();
+        let prefix = (i0..i0 + rows)
+            .map(|i| {
+                let pos = (i + s_k) as i64 - s_q as i64;
+                prefix_ranges
+                    .iter()
+                    .filter(|&&(lo, hi)| lo < hi && (lo as i64..hi as i64).contains(&pos))
+                    .map(|&(lo, hi)| (lo.max(0) as usize, (hi as usize).min(s_k)))
+                    .fold((0, 0), |acc, r| if acc.0 < acc.1 { (acc.0.min(r.0), acc.1.max(r.1)) } else { r })
+            })
+            .collect();
+        Self { window, prefix }
+    }
+
+    /// Keys `[lo, hi)` that some row of the block may see; empty when `hi <= lo`.
+    pub fn span(&self) -> (usize, usize) {
+        self.window
+            .iter()
+            .chain(&self.prefix)
+            .filter(|(lo, hi)| lo < hi)
+            .fold((usize::MAX, 0), |(lo, hi), r| (lo.min(r.0), hi.max(r.1)))
+    }
+
+    /// True when every row sees every key of `[j0, j1)`, so the tile needs no mask.
+    pub fn covers(&self, j0: usize, j1: usize) -> bool {
+        self.window.iter().all(|&(lo, hi)| lo <= j0 && j1 <= hi)
+    }
+
+    #[inline]
+    fn allows(&self, r: usize, j: usize) -> bool {
+        let (lo, hi) = self.window[r];
+        let (plo, phi) = self.prefix[r];
+        (lo <= j && j < hi) || (plo <= j && j < phi)
+    }
+}
+
+/// Transforms of the raw `q·k·scale` scores of one tile, in flash-attn's order.
+pub struct Logits<'a> {
+    pub softcap: Option<f32>,
+    /// ALiBi slope of this head, if any.
+    pub alibi_slope: Option<f32>,
+    pub ranges: &'a RowRanges,
+    /// Key position of row 0 of the block: `i0 + s_k - s_q`.
+    pub pos0: i64,
+}
+
+impl Logits<'_> {
+    /// Applies softcap, ALiBi and the mask to `scores` (`rows × n`, row stride `ld`) whose
+    /// columns are keys `j0..j0 + n`.
+    pub fn apply(&self, scores: &mut [f32], ld: usize, rows: usize, j0: usize, n: usize) {
+        let masked = !self.ranges.covers(j0, j0 + n);
+        if self.softcap.is_none() && self.alibi_slope.is_none() && !masked {
+            return;
+        }
+        for r in 0..rows {
+            let row = &mut scores[r * ld..r * ld + n];
+            if let Some(cap) = self.softcap {
+                let inv = 1.0 / cap;
+                row.iter_mut().for_each(|s| *s = cap * (*s * inv).tanh());
+            }
+            if let Some(slope) = self.alibi_slope {
+                let pos = self.pos0 + r as i64;
+                for (c, s) in row.iter_mut().enumerate() {
+                    *s -= slope * (pos - (j0 + c) as i64).abs() as f32;
+                }
+            }
+            if masked {
+                for (c, s) in row.iter_mut().enumerate() {
+                    if !self.ranges.allows(r, j0 + c) {
+                        *s = f32::NEG_INFINITY;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! Checks of the optional side tensors: ALiBi slopes and multimodal prefix ranges.
+
+use candle::{DType, Result, Tensor};
+
+/// Validated ALiBi slopes: one f32 per query head. The bias added to the logit of query row
+/// `i` and key `j` is `-slope[h] * |i + s_k - s_q - j|`.
+#[derive(Debug, Clone)]
+pub struct AlibiSpec {
+    pub slopes: Tensor,
+}
+
+impl AlibiSpec {
+    pub(super) fn check(t: &Tensor, num_heads: usize) -> Result<Self> {
+        if t.dtype() != DType::F32 {
+            candle::bail!("flash-attn: alibi_slopes must be f32, got {:?}", t.dtype())
+        }
+        if t.dims() != [num_heads] {
+            candle::bail!(
+                "flash-attn: alibi_slopes must have shape ({num_heads},) (one slope per q head), got {:?}",
+                t.dims()
+            )
+        }
+        Ok(Self { slopes: t.clone() })
+    }
+}
+
+/// Validated `mm_prefix_ranges`: `(batch, max_ranges, 2)` i32 `[start, end)` key ranges inside
+/// which queries see every key of the range, whatever the causal/window mask says.
+#[derive(Debug, Clone)]
+pub struct MmPrefixSpec {
+    pub ranges: Tensor,
+    pub batch: usize,
+    pub max_ranges: usize,
+}
+
+impl MmPrefixSpec {
+    pub(super) fn check(t: &Tensor, batch: usize) -> Result<Self> {
+        if t.dtype() != DType::I32 {
+            candle::bail!("flash-attn: mm_prefix_ranges must be i32, got {:?}", t.dtype())
+        }
+        let max_ranges = match t.dims() {
+            &[b, r, 2] if b == batch => r,
+            dims => candle::bail!(
+                "flash-attn: mm_prefix_ranges must have shape ({batch}, max_ranges, 2), got {dims:?}"
+            ),
+        };
+        if t.stride().last() != Some(&1) {
+            candle::bail!("flash-attn: the last dim of mm_prefix_ranges must be contiguous")
+        }
+        Ok(Self { ranges: t.clone(), batch, max_ranges })
+    }
+
+    /// The ranges of every sequence, read to the host: `ranges[b]` lists `(start, end)`.
+    pub fn read(&self) -> Result<Vec<Vec<(i32, i32)>>> {
+        let flat: Vec<i32> = self.ranges.flatten_all()?.to_vec1()?;
+        let per_seq = 2 * self.max_ranges;
+        Ok((0..self.batch)
+            .map(|b| {
+                let seq = &flat[b * per_seq..(b + 1) * per_seq];
+                seq.chunks_exact(2).map(|r| (r[0], r[1])).collect()
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,33 @@
+//! Repeated calls, from many threads at once, give bit-identical results.
+
+mod common;
+
+use candle::DType;
+use common::{randn, rng};
+use flash_attn_rocm as fa;
+
+#[test]
+fn concurrent_calls_are_bit_identical() {
+    let mut rng = rng("concurrent_calls_are_bit_identical");
+    for dtype in [DType::F32, DType::BF16] {
+        let q = randn(&mut rng, &[2, 300, 4, 64], dtype);
+        let k = randn(&mut rng, &[2, 257, 2, 64], dtype);
+        let v = randn(&mut rng, &[2, 257, 2, 64], dtype);
+        let bits = |t: &candle::Tensor| -> Vec<u32> {
+            t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().map(|x| x.to_bits()).collect()
+        };
+        let first = bits(&fa::flash_attn(&q, &k, &v, 0.125, true).unwrap());
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| (0..3).map(|_| bits(&fa::flash_attn(&q, &k, &v, 0.125, true).unwrap())).collect::<Vec<_>>())
+                })
+                .collect();
+            for h in handles {
+                for run in h.join().unwrap() {
+                    assert!(run == first, "{dtype:?}: a concurrent call differs from the first");
+                }
+            }
+        });
+    }
+}

@@ -1,31 +1,29 @@
-//! Results of `examples/bench.rs` as CSV and as an SVG plot (time and peak memory against
-//! sequence length, one line per implementation). Lives beside the bench so the bench only
-//! collects numbers; `plot` needs the `plotters` dev-dependency (SVG backend only: pure Rust,
-//! no font or image system libraries).
+//! The bench's results as an SVG plot: time and peak memory against sequence length, one line
+//! per series ("flash f32", "naive f32 causal", ...). Kept apart from `examples/bench` so the
+//! bench only measures. Needs the dev-dependency
+//! `plotters = { version = "0.3.7", default-features = false, features = ["svg_backend", "line_series"] }`
+//! (pure Rust: no font, image or system libraries; builds in seconds).
 //!
-//! Use from the bench:
+//! From `examples/bench/main.rs`:
 //! ```ignore
+//! #[path = "../bench_plot/mod.rs"]
 //! mod bench_plot;
-//! use bench_plot::{BenchPoint, write_csv, plot_svg};
-//! write_csv("docs/bench-cpu.csv", &points)?;
-//! plot_svg("docs/bench-cpu.svg", "CPU, f32, b=1 h=8 d=64, causal", &points)?;
+//! points.push(bench_plot::BenchPoint { label: "flash f32".into(), seq_len: s, millis, peak_bytes });
+//! bench_plot::plot_svg("docs/bench-cpu.svg", "CPU, b=1 h=16 d=128", &points)?;
 //! ```
-#![allow(dead_code)] // a bench may use only part of it
 
-mod csv;
-pub mod peak_alloc;
 mod plot;
 
-pub use csv::write_csv;
 pub use plot::plot_svg;
 
-/// One measurement: `label` names the series ("flash", "naive", "flash bf16", ...).
+/// One measurement of one series.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BenchPoint {
+    /// Series name; series are colored in order of first appearance.
     pub label: String,
     pub seq_len: usize,
-    /// Wall time of one forward call, in milliseconds (median or mean: the bench decides).
+    /// Wall time of one call in milliseconds.
     pub millis: f64,
-    /// Peak bytes allocated during the call, above what was live before it.
-    pub peak_bytes: u64,
+    /// Peak heap growth during one call, in bytes.
+    pub peak_bytes: usize,
 }

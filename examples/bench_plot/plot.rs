@@ -1,5 +1,6 @@
 //! Two log-log panels side by side: milliseconds and peak MiB against sequence length, one
-//! colored line with markers per label, in the order labels first appear.
+//! colored line with markers per label, in the order labels first appear. Writes the file's
+//! folder if missing; errors (empty input, I/O) come back as `Err`.
 
 use std::error::Error;
 use std::ops::Range;
@@ -9,13 +10,15 @@ use plotters::prelude::*;
 
 use super::BenchPoint;
 
-const PALETTE: [RGBColor; 6] = [
+const PALETTE: [RGBColor; 8] = [
     RGBColor(0xd6, 0x27, 0x28),
     RGBColor(0x1f, 0x77, 0xb4),
     RGBColor(0x2c, 0xa0, 0x2c),
     RGBColor(0xff, 0x7f, 0x0e),
     RGBColor(0x94, 0x67, 0xbd),
     RGBColor(0x8c, 0x56, 0x4b),
+    RGBColor(0xe3, 0x77, 0xc2),
+    RGBColor(0x17, 0xbe, 0xcf),
 ];
 
 pub fn plot_svg(path: impl AsRef<Path>, title: &str, points: &[BenchPoint]) -> Result<(), Box<dyn Error>> {

@@ -21,7 +21,11 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(0x17, 0xbe, 0xcf),
 ];
 
-pub fn plot_svg(path: impl AsRef<Path>, title: &str, points: &[BenchPoint]) -> Result<(), Box<dyn Error>> {
+pub fn plot_svg(
+    path: impl AsRef<Path>,
+    title: &str,
+    points: &[BenchPoint],
+) -> Result<(), Box<dyn Error>> {
     if points.is_empty() {
         return Err("no bench points to plot".into());
     }
@@ -34,7 +38,9 @@ pub fn plot_svg(path: impl AsRef<Path>, title: &str, points: &[BenchPoint]) -> R
     let root = root.titled(title, ("sans-serif", 20))?;
     let (left, right) = root.split_horizontally(550);
     panel(&left, "time per call", "ms", points, |p| p.millis)?;
-    panel(&right, "peak memory", "MiB", points, |p| p.peak_bytes as f64 / (1024.0 * 1024.0))?;
+    panel(&right, "peak memory", "MiB", points, |p| {
+        p.peak_bytes as f64 / (1024.0 * 1024.0)
+    })?;
     root.present()?;
     Ok(())
 }
@@ -49,7 +55,9 @@ fn panel(
     // x is plotted as log2(seq_len) on a linear axis: one labelled tick per power of two,
     // which plotters' log axis does not give for ranges like 128..4096.
     let log2_lens = points.iter().map(|p| (p.seq_len.max(1) as f64).log2());
-    let (x_lo, x_hi) = log2_lens.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| (lo.min(x), hi.max(x)));
+    let (x_lo, x_hi) = log2_lens.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+        (lo.min(x), hi.max(x))
+    });
     let xs = (x_lo - 0.25)..(x_hi + 0.25);
     let ys = log_range(points.iter().map(&value));
     let mut chart = ChartBuilder::on(area)
@@ -71,14 +79,25 @@ fn panel(
         let mut series: Vec<(f64, f64)> = points
             .iter()
             .filter(|p| p.label == label)
-            .map(|p| ((p.seq_len.max(1) as f64).log2(), value(p).max(f64::MIN_POSITIVE)))
+            .map(|p| {
+                (
+                    (p.seq_len.max(1) as f64).log2(),
+                    value(p).max(f64::MIN_POSITIVE),
+                )
+            })
             .collect();
         series.sort_by(|a, b| a.0.total_cmp(&b.0));
         chart
             .draw_series(LineSeries::new(series.clone(), color.stroke_width(2)))?
             .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
-        chart.draw_series(series.into_iter().map(|xy| Circle::new(xy, 3, color.filled())))?;
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart.draw_series(
+            series
+                .into_iter()
+                .map(|xy| Circle::new(xy, 3, color.filled())),
+        )?;
     }
     chart
         .configure_series_labels()
@@ -108,7 +127,11 @@ fn log_range(values: impl Iterator<Item = f64>) -> Range<f64> {
     if !lo.is_finite() {
         return 0.1..1.0;
     }
-    let (lo, hi) = if hi / lo < 1.5 { (lo / 1.5, hi * 1.5) } else { (lo, hi) };
+    let (lo, hi) = if hi / lo < 1.5 {
+        (lo / 1.5, hi * 1.5)
+    } else {
+        (lo, hi)
+    };
     lo / 1.25..hi * 1.25
 }
 

@@ -19,22 +19,61 @@ use rand::{rngs::StdRng, seq::SliceRandom, Rng};
 fn signatures_match_candle_flash_attn_0_11_1() {
     type T = Tensor;
     let _: fn(&T, &T, &T, f32, bool) -> Result<T> = cfa::flash_attn;
-    let _: fn(&T, &T, &T, f32, Option<usize>, Option<usize>) -> Result<T> = cfa::flash_attn_windowed;
+    let _: fn(&T, &T, &T, f32, Option<usize>, Option<usize>) -> Result<T> =
+        cfa::flash_attn_windowed;
     let _: fn(&T, &T, &T, &T, f32, bool) -> Result<T> = cfa::flash_attn_alibi;
-    let _: fn(&T, &T, &T, &T, f32, Option<usize>, Option<usize>) -> Result<T> = cfa::flash_attn_alibi_windowed;
+    let _: fn(&T, &T, &T, &T, f32, Option<usize>, Option<usize>) -> Result<T> =
+        cfa::flash_attn_alibi_windowed;
     let _: fn(&T, &T, &T, Option<&T>, f32, Option<usize>, Option<usize>, f32) -> Result<T> =
         cfa::flash_attn_alibi_windowed_softcap;
     let _: fn(&T, &T, &T, &T, &T, usize, usize, f32, bool) -> Result<T> = cfa::flash_attn_varlen;
     let _: fn(&T, &T, &T, &T, &T, usize, usize, f32, Option<usize>, Option<usize>) -> Result<T> =
         cfa::flash_attn_varlen_windowed;
     let _: fn(
-        &T, &T, &T, &T, &T, &T, Option<&T>, usize, usize, f32, Option<usize>, Option<usize>, usize, Option<f32>,
+        &T,
+        &T,
+        &T,
+        &T,
+        &T,
+        &T,
+        Option<&T>,
+        usize,
+        usize,
+        f32,
+        Option<usize>,
+        Option<usize>,
+        usize,
+        Option<f32>,
     ) -> Result<T> = cfa::flash_attn_varlen_paged_windowed;
-    let _: fn(&T, &T, &T, &T, &T, &T, usize, usize, f32, bool) -> Result<T> = cfa::flash_attn_varlen_alibi;
-    let _: fn(&T, &T, &T, &T, &T, &T, usize, usize, f32, Option<usize>, Option<usize>) -> Result<T> =
-        cfa::flash_attn_varlen_alibi_windowed;
-    let _: fn(&T, &T, &T, Option<&T>, &T, &T, usize, usize, f32, Option<usize>, Option<usize>, f32) -> Result<T> =
-        cfa::flash_attn_varlen_alibi_windowed_softcap;
+    let _: fn(&T, &T, &T, &T, &T, &T, usize, usize, f32, bool) -> Result<T> =
+        cfa::flash_attn_varlen_alibi;
+    let _: fn(
+        &T,
+        &T,
+        &T,
+        &T,
+        &T,
+        &T,
+        usize,
+        usize,
+        f32,
+        Option<usize>,
+        Option<usize>,
+    ) -> Result<T> = cfa::flash_attn_varlen_alibi_windowed;
+    let _: fn(
+        &T,
+        &T,
+        &T,
+        Option<&T>,
+        &T,
+        &T,
+        usize,
+        usize,
+        f32,
+        Option<usize>,
+        Option<usize>,
+        f32,
+    ) -> Result<T> = cfa::flash_attn_varlen_alibi_windowed_softcap;
     // The struct literal pins the public fields and their types.
     let _ = |slopes: Option<Tensor>| cfa::FlashAttn {
         softmax_scale: 1.0,
@@ -64,7 +103,11 @@ fn slopes_tensor(slopes: &[f32]) -> Result<Tensor> {
 fn batch_inputs(rng: &mut StdRng, more_queries: bool) -> Result<[Tensor; 3]> {
     let (b, d) = (rng.gen_range(1..=3), head_dim(rng));
     let s_k = rng.gen_range(1..=40);
-    let s_q = if more_queries { s_k + rng.gen_range(1..=8) } else { rng.gen_range(1..=s_k) };
+    let s_q = if more_queries {
+        s_k + rng.gen_range(1..=8)
+    } else {
+        rng.gen_range(1..=s_k)
+    };
     let q = common::uniform(rng, &[b, s_q, HEADS, d], 1.0)?.to_dtype(DType::F32)?;
     let k = common::uniform(rng, &[b, s_k, KV_HEADS, d], 1.0)?.to_dtype(DType::F32)?;
     let v = common::uniform(rng, &[b, s_k, KV_HEADS, d], 1.0)?.to_dtype(DType::F32)?;
@@ -92,7 +135,12 @@ fn check_batch_on(
     let flash = call(q, k, v)?;
     let reference = batch_attention(q, k, v, spec, DType::F64)?;
     let naive = batch_attention(q, k, v, spec, DType::F32)?;
-    assert_within_rule(&format!("{what} q{:?} k{:?}", q.dims(), k.dims()), &flash, &naive, &reference)?;
+    assert_within_rule(
+        &format!("{what} q{:?} k{:?}", q.dims(), k.dims()),
+        &flash,
+        &naive,
+        &reference,
+    )?;
     Ok(())
 }
 
@@ -105,26 +153,60 @@ fn batch_entry_points_match_reference() -> Result<()> {
     let rng = &mut common::seeded_rng("batch_entry_points");
     let scale = 0.7f32;
     for causal in [false, true] {
-        let spec = if causal { Spec::causal(scale) } else { Spec { scale, ..Default::default() } };
-        check_batch(&format!("flash_attn causal={causal}"), rng, &spec, |q, k, v| cfa::flash_attn(q, k, v, scale, causal))?;
+        let spec = if causal {
+            Spec::causal(scale)
+        } else {
+            Spec {
+                scale,
+                ..Default::default()
+            }
+        };
+        check_batch(
+            &format!("flash_attn causal={causal}"),
+            rng,
+            &spec,
+            |q, k, v| cfa::flash_attn(q, k, v, scale, causal),
+        )?;
         let slopes = slopes(rng);
-        let spec = Spec { alibi_slopes: Some(slopes.clone()), ..spec };
-        check_batch(&format!("flash_attn_alibi causal={causal}"), rng, &spec, |q, k, v| {
-            cfa::flash_attn_alibi(q, k, v, &slopes_tensor(&slopes)?, scale, causal)
-        })?;
+        let spec = Spec {
+            alibi_slopes: Some(slopes.clone()),
+            ..spec
+        };
+        check_batch(
+            &format!("flash_attn_alibi causal={causal}"),
+            rng,
+            &spec,
+            |q, k, v| cfa::flash_attn_alibi(q, k, v, &slopes_tensor(&slopes)?, scale, causal),
+        )?;
     }
 
     let (left, right) = (window(rng), window(rng));
-    let spec = Spec { scale, window_left: left, window_right: right, ..Default::default() };
-    check_batch(&format!("flash_attn_windowed ({left:?}, {right:?})"), rng, &spec, |q, k, v| {
-        cfa::flash_attn_windowed(q, k, v, scale, left, right)
-    })?;
+    let spec = Spec {
+        scale,
+        window_left: left,
+        window_right: right,
+        ..Default::default()
+    };
+    check_batch(
+        &format!("flash_attn_windowed ({left:?}, {right:?})"),
+        rng,
+        &spec,
+        |q, k, v| cfa::flash_attn_windowed(q, k, v, scale, left, right),
+    )?;
 
     let slopes = slopes(rng);
-    let spec = Spec { alibi_slopes: Some(slopes.clone()), ..spec };
-    check_batch(&format!("flash_attn_alibi_windowed ({left:?}, {right:?})"), rng, &spec, |q, k, v| {
-        cfa::flash_attn_alibi_windowed(q, k, v, &slopes_tensor(&slopes)?, scale, left, right)
-    })?;
+    let spec = Spec {
+        alibi_slopes: Some(slopes.clone()),
+        ..spec
+    };
+    check_batch(
+        &format!("flash_attn_alibi_windowed ({left:?}, {right:?})"),
+        rng,
+        &spec,
+        |q, k, v| {
+            cfa::flash_attn_alibi_windowed(q, k, v, &slopes_tensor(&slopes)?, scale, left, right)
+        },
+    )?;
 
     let softcap = rng.gen_range(0.3..2.0f32);
     for with_alibi in [false, true] {
@@ -134,9 +216,23 @@ fn batch_entry_points_match_reference() -> Result<()> {
             ..spec.clone()
         };
         let alibi = slopes_tensor(&slopes)?;
-        check_batch(&format!("flash_attn_alibi_windowed_softcap alibi={with_alibi}"), rng, &spec, |q, k, v| {
-            cfa::flash_attn_alibi_windowed_softcap(q, k, v, with_alibi.then_some(&alibi), scale, left, right, softcap)
-        })?;
+        check_batch(
+            &format!("flash_attn_alibi_windowed_softcap alibi={with_alibi}"),
+            rng,
+            &spec,
+            |q, k, v| {
+                cfa::flash_attn_alibi_windowed_softcap(
+                    q,
+                    k,
+                    v,
+                    with_alibi.then_some(&alibi),
+                    scale,
+                    left,
+                    right,
+                    softcap,
+                )
+            },
+        )?;
     }
     Ok(())
 }
@@ -165,9 +261,14 @@ fn flash_attn_struct_is_the_op() -> Result<()> {
 fn causal_rows_without_keys_are_zero() -> Result<()> {
     let rng = &mut common::seeded_rng("causal_rows_without_keys");
     let [q, k, v] = batch_inputs(rng, true)?;
-    check_batch_on("flash_attn causal, s_q > s_k", &q, &k, &v, &Spec::causal(0.6), |q, k, v| {
-        cfa::flash_attn(q, k, v, 0.6, true)
-    })
+    check_batch_on(
+        "flash_attn causal, s_q > s_k",
+        &q,
+        &k,
+        &v,
+        &Spec::causal(0.6),
+        |q, k, v| cfa::flash_attn(q, k, v, 0.6, true),
+    )
 }
 
 /// Random varlen batch: 1-3 sequences, each with `len_q <= len_k`.
@@ -188,7 +289,10 @@ impl Varlen {
             cu_k.push(cu_k.last().unwrap() + len_k);
             cu_q.push(cu_q.last().unwrap() + rng.gen_range(1..=len_k));
         }
-        let (tq, tk) = (*cu_q.last().unwrap() as usize, *cu_k.last().unwrap() as usize);
+        let (tq, tk) = (
+            *cu_q.last().unwrap() as usize,
+            *cu_k.last().unwrap() as usize,
+        );
         Ok(Varlen {
             q: common::uniform(rng, &[tq, HEADS, d], 1.0)?.to_dtype(DType::F32)?,
             k: common::uniform(rng, &[tk, KV_HEADS, d], 1.0)?.to_dtype(DType::F32)?,
@@ -212,8 +316,14 @@ impl Varlen {
         let seqlens_q = Tensor::new(self.cu_q.as_slice(), &Device::Cpu)?;
         let seqlens_k = Tensor::new(self.cu_k.as_slice(), &Device::Cpu)?;
         let (max_q, max_k) = (Self::max_len(&self.cu_q), Self::max_len(&self.cu_k));
-        let flash = call(&self.q, &self.k, &self.v, &seqlens_q, &seqlens_k, max_q, max_k)?;
-        let run = |dtype| varlen_attention(&self.q, &self.k, &self.v, &self.cu_q, &self.cu_k, spec, dtype);
+        let flash = call(
+            &self.q, &self.k, &self.v, &seqlens_q, &seqlens_k, max_q, max_k,
+        )?;
+        let run = |dtype| {
+            varlen_attention(
+                &self.q, &self.k, &self.v, &self.cu_q, &self.cu_k, spec, dtype,
+            )
+        };
         let what = format!("{what} cu_q {:?} cu_k {:?}", self.cu_q, self.cu_k);
         assert_within_rule(&what, &flash, &run(DType::F32)?, &run(DType::F64)?)?;
         Ok(())
@@ -225,37 +335,100 @@ fn varlen_entry_points_match_reference() -> Result<()> {
     let rng = &mut common::seeded_rng("varlen_entry_points");
     let scale = 0.7f32;
     for causal in [false, true] {
-        let spec = if causal { Spec::causal(scale) } else { Spec { scale, ..Default::default() } };
-        Varlen::random(rng)?.check(&format!("flash_attn_varlen causal={causal}"), &spec, |q, k, v, sq, sk, mq, mk| {
-            cfa::flash_attn_varlen(q, k, v, sq, sk, mq, mk, scale, causal)
-        })?;
+        let spec = if causal {
+            Spec::causal(scale)
+        } else {
+            Spec {
+                scale,
+                ..Default::default()
+            }
+        };
+        Varlen::random(rng)?.check(
+            &format!("flash_attn_varlen causal={causal}"),
+            &spec,
+            |q, k, v, sq, sk, mq, mk| {
+                cfa::flash_attn_varlen(q, k, v, sq, sk, mq, mk, scale, causal)
+            },
+        )?;
         let slopes = slopes(rng);
-        let spec = Spec { alibi_slopes: Some(slopes.clone()), ..spec };
-        Varlen::random(rng)?.check(&format!("flash_attn_varlen_alibi causal={causal}"), &spec, |q, k, v, sq, sk, mq, mk| {
-            cfa::flash_attn_varlen_alibi(q, k, v, &slopes_tensor(&slopes)?, sq, sk, mq, mk, scale, causal)
-        })?;
+        let spec = Spec {
+            alibi_slopes: Some(slopes.clone()),
+            ..spec
+        };
+        Varlen::random(rng)?.check(
+            &format!("flash_attn_varlen_alibi causal={causal}"),
+            &spec,
+            |q, k, v, sq, sk, mq, mk| {
+                cfa::flash_attn_varlen_alibi(
+                    q,
+                    k,
+                    v,
+                    &slopes_tensor(&slopes)?,
+                    sq,
+                    sk,
+                    mq,
+                    mk,
+                    scale,
+                    causal,
+                )
+            },
+        )?;
     }
 
     let (left, right) = (window(rng), window(rng));
-    let spec = Spec { scale, window_left: left, window_right: right, ..Default::default() };
-    Varlen::random(rng)?.check(&format!("flash_attn_varlen_windowed ({left:?}, {right:?})"), &spec, |q, k, v, sq, sk, mq, mk| {
-        cfa::flash_attn_varlen_windowed(q, k, v, sq, sk, mq, mk, scale, left, right)
-    })?;
+    let spec = Spec {
+        scale,
+        window_left: left,
+        window_right: right,
+        ..Default::default()
+    };
+    Varlen::random(rng)?.check(
+        &format!("flash_attn_varlen_windowed ({left:?}, {right:?})"),
+        &spec,
+        |q, k, v, sq, sk, mq, mk| {
+            cfa::flash_attn_varlen_windowed(q, k, v, sq, sk, mq, mk, scale, left, right)
+        },
+    )?;
 
     let slopes = slopes(rng);
-    let spec = Spec { alibi_slopes: Some(slopes.clone()), ..spec };
-    Varlen::random(rng)?.check("flash_attn_varlen_alibi_windowed", &spec, |q, k, v, sq, sk, mq, mk| {
-        cfa::flash_attn_varlen_alibi_windowed(q, k, v, &slopes_tensor(&slopes)?, sq, sk, mq, mk, scale, left, right)
-    })?;
+    let spec = Spec {
+        alibi_slopes: Some(slopes.clone()),
+        ..spec
+    };
+    Varlen::random(rng)?.check(
+        "flash_attn_varlen_alibi_windowed",
+        &spec,
+        |q, k, v, sq, sk, mq, mk| {
+            cfa::flash_attn_varlen_alibi_windowed(
+                q,
+                k,
+                v,
+                &slopes_tensor(&slopes)?,
+                sq,
+                sk,
+                mq,
+                mk,
+                scale,
+                left,
+                right,
+            )
+        },
+    )?;
 
     let softcap = rng.gen_range(0.3..2.0f32);
     for with_alibi in [false, true] {
-        let spec = Spec { softcap: Some(softcap), alibi_slopes: with_alibi.then(|| slopes.clone()), ..spec.clone() };
+        let spec = Spec {
+            softcap: Some(softcap),
+            alibi_slopes: with_alibi.then(|| slopes.clone()),
+            ..spec.clone()
+        };
         let alibi = slopes_tensor(&slopes)?;
         let what = format!("flash_attn_varlen_alibi_windowed_softcap alibi={with_alibi}");
         Varlen::random(rng)?.check(&what, &spec, |q, k, v, sq, sk, mq, mk| {
             let alibi = with_alibi.then_some(&alibi);
-            cfa::flash_attn_varlen_alibi_windowed_softcap(q, k, v, alibi, sq, sk, mq, mk, scale, left, right, softcap)
+            cfa::flash_attn_varlen_alibi_windowed_softcap(
+                q, k, v, alibi, sq, sk, mq, mk, scale, left, right, softcap,
+            )
         })?;
     }
     Ok(())
@@ -266,11 +439,19 @@ const PAGE: usize = 32;
 /// Scatters contiguous varlen K or V `(total_k, h_k, d)` into shuffled pages
 /// `(num_blocks, PAGE, h_k, d)` following `block_table`; unused slots hold noise, so reading
 /// outside a sequence's pages would show.
-fn scatter_into_pages(rng: &mut StdRng, kv: &Tensor, cu_k: &[u32], block_table: &[Vec<u32>], num_blocks: usize) -> Result<Tensor> {
+fn scatter_into_pages(
+    rng: &mut StdRng,
+    kv: &Tensor,
+    cu_k: &[u32],
+    block_table: &[Vec<u32>],
+    num_blocks: usize,
+) -> Result<Tensor> {
     let (_, h_k, d) = kv.dims3()?;
     let row = h_k * d;
     let src = kv.flatten_all()?.to_vec1::<f32>()?;
-    let mut pages: Vec<f32> = (0..num_blocks * PAGE * row).map(|_| rng.gen_range(-9.0..9.0)).collect();
+    let mut pages: Vec<f32> = (0..num_blocks * PAGE * row)
+        .map(|_| rng.gen_range(-9.0..9.0))
+        .collect();
     for (seq, blocks) in block_table.iter().enumerate() {
         for pos in 0..(cu_k[seq + 1] - cu_k[seq]) as usize {
             let from = (cu_k[seq] as usize + pos) * row;
@@ -285,7 +466,11 @@ fn scatter_into_pages(rng: &mut StdRng, kv: &Tensor, cu_k: &[u32], block_table: 
 fn paged_entry_point_matches_reference() -> Result<()> {
     let rng = &mut common::seeded_rng("paged_entry_point");
     let data = Varlen::random(rng)?;
-    let blocks_per_seq: Vec<usize> = data.cu_k.windows(2).map(|w| ((w[1] - w[0]) as usize).div_ceil(PAGE)).collect();
+    let blocks_per_seq: Vec<usize> = data
+        .cu_k
+        .windows(2)
+        .map(|w| ((w[1] - w[0]) as usize).div_ceil(PAGE))
+        .collect();
     let max_blocks = *blocks_per_seq.iter().max().unwrap();
     let num_blocks = blocks_per_seq.iter().sum::<usize>() + 2;
     let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
@@ -302,14 +487,24 @@ fn paged_entry_point_matches_reference() -> Result<()> {
         .collect();
     let k_pages = scatter_into_pages(rng, &data.k, &data.cu_k, &block_table, num_blocks)?;
     let v_pages = scatter_into_pages(rng, &data.v, &data.cu_k, &block_table, num_blocks)?;
-    let table = Tensor::new(block_table.concat(), &Device::Cpu)?.reshape((block_table.len(), max_blocks))?;
+    let table = Tensor::new(block_table.concat(), &Device::Cpu)?
+        .reshape((block_table.len(), max_blocks))?;
 
     let scale = 0.7f32;
     let (left, right) = (window(rng), window(rng));
     let softcap = rng.gen_bool(0.5).then(|| rng.gen_range(0.3..2.0f32));
-    let spec = Spec { scale, window_left: left, window_right: right, softcap, ..Default::default() };
-    let what = format!("flash_attn_varlen_paged_windowed ({left:?}, {right:?}) softcap {softcap:?}");
+    let spec = Spec {
+        scale,
+        window_left: left,
+        window_right: right,
+        softcap,
+        ..Default::default()
+    };
+    let what =
+        format!("flash_attn_varlen_paged_windowed ({left:?}, {right:?}) softcap {softcap:?}");
     data.check(&what, &spec, |q, _, _, sq, sk, mq, mk| {
-        cfa::flash_attn_varlen_paged_windowed(q, &k_pages, &v_pages, sq, sk, &table, None, mq, mk, scale, left, right, PAGE, softcap)
+        cfa::flash_attn_varlen_paged_windowed(
+            q, &k_pages, &v_pages, sq, sk, &table, None, mq, mk, scale, left, right, PAGE, softcap,
+        )
     })
 }

@@ -26,7 +26,9 @@ const CONFIG: Config = Config {
 };
 
 fn random_tokens(rng: &mut StdRng, batch: usize, len: usize) -> candle::Result<Tensor> {
-    let ids: Vec<u32> = (0..batch * len).map(|_| rng.gen_range(0..CONFIG.vocab_size as u32)).collect();
+    let ids: Vec<u32> = (0..batch * len)
+        .map(|_| rng.gen_range(0..CONFIG.vocab_size as u32))
+        .collect();
     Tensor::from_vec(ids, (batch, len), &Device::Cpu)
 }
 
@@ -46,7 +48,11 @@ impl Trio {
                 build(dtype, AttentionImpl::Naive)?,
                 build(DType::F64, AttentionImpl::Naive)?,
             ],
-            caches: [KvCache::new(&CONFIG), KvCache::new(&CONFIG), KvCache::new(&CONFIG)],
+            caches: [
+                KvCache::new(&CONFIG),
+                KvCache::new(&CONFIG),
+                KvCache::new(&CONFIG),
+            ],
         })
     }
 
@@ -70,9 +76,15 @@ fn check_model(dtype: DType) -> candle::Result<()> {
     println!("batch {batch}, prompt {prompt}, chunk {chunk}, then 4 one-token steps");
 
     trio.step("prefill", &random_tokens(&mut rng, batch, prompt)?)?;
-    trio.step("chunked prefill on cache", &random_tokens(&mut rng, batch, chunk)?)?;
+    trio.step(
+        "chunked prefill on cache",
+        &random_tokens(&mut rng, batch, chunk)?,
+    )?;
     for step in 0..4 {
-        trio.step(&format!("decode step {step}"), &random_tokens(&mut rng, batch, 1)?)?;
+        trio.step(
+            &format!("decode step {step}"),
+            &random_tokens(&mut rng, batch, 1)?,
+        )?;
     }
     assert_eq!(trio.caches[0].positions(), prompt + chunk + 4);
     Ok(())

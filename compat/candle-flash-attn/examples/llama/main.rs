@@ -35,7 +35,12 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args> {
-    let mut args = Args { prompt_len: 256, decode_steps: 64, dtype: DType::F32, seed: 42 };
+    let mut args = Args {
+        prompt_len: 256,
+        decode_steps: 64,
+        dtype: DType::F32,
+        seed: 42,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().with_context(|| format!("{flag} needs a value"))?;
@@ -80,7 +85,8 @@ fn run(model: &Llama, prompt: &[u32], steps: usize, forced: Option<&[u32]>) -> R
     let prefill_logits = model.forward(&tokens, &mut cache)?.squeeze(0)?;
     let prefill_secs = start.elapsed().as_secs_f64();
 
-    let argmax = |logits: &Tensor| -> Result<u32> { Ok(logits.argmax(D::Minus1)?.to_scalar::<u32>()?) };
+    let argmax =
+        |logits: &Tensor| -> Result<u32> { Ok(logits.argmax(D::Minus1)?.to_scalar::<u32>()?) };
     let mut greedy = vec![argmax(&prefill_logits.get(prompt.len() - 1)?)?];
     let mut decode_logits = Vec::with_capacity(steps);
     let start = Instant::now();
@@ -92,8 +98,17 @@ fn run(model: &Llama, prompt: &[u32], steps: usize, forced: Option<&[u32]>) -> R
         decode_logits.push(logits);
     }
     let decode_secs = start.elapsed().as_secs_f64();
-    anyhow::ensure!(cache.positions() == prompt.len() + steps, "the cache lost positions");
-    Ok(Run { prefill_logits, prefill_secs, decode_logits, decode_secs, greedy })
+    anyhow::ensure!(
+        cache.positions() == prompt.len() + steps,
+        "the cache lost positions"
+    );
+    Ok(Run {
+        prefill_logits,
+        prefill_secs,
+        decode_logits,
+        decode_secs,
+        greedy,
+    })
 }
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> Result<f32> {
@@ -113,7 +128,9 @@ fn main() -> Result<()> {
     let flash = Llama::from_weights(c, &weights, args.dtype, AttentionImpl::Flash)?;
     let naive = Llama::from_weights(c, &weights, args.dtype, AttentionImpl::Naive)?;
     let mut rng = StdRng::seed_from_u64(args.seed ^ 0x70ce);
-    let prompt: Vec<u32> = (0..args.prompt_len).map(|_| rng.gen_range(0..c.vocab_size as u32)).collect();
+    let prompt: Vec<u32> = (0..args.prompt_len)
+        .map(|_| rng.gen_range(0..c.vocab_size as u32))
+        .collect();
 
     // Warm up both paths (thread pool, allocator) so the timings compare steady states.
     run(&flash, &prompt[..prompt.len().min(16)], 2, None)?;
@@ -122,7 +139,13 @@ fn main() -> Result<()> {
     let f = run(&flash, &prompt, args.decode_steps, None)?;
     let n = run(&naive, &prompt, args.decode_steps, Some(&f.greedy))?;
 
-    let logit_scale = f.prefill_logits.abs()?.flatten_all()?.max(0)?.to_dtype(DType::F32)?.to_scalar::<f32>()?;
+    let logit_scale = f
+        .prefill_logits
+        .abs()?
+        .flatten_all()?
+        .max(0)?
+        .to_dtype(DType::F32)?
+        .to_scalar::<f32>()?;
     println!(
         "prefill {:>4} tokens: flash {:>8.1} tok/s, naive {:>8.1} tok/s, max |logit diff| {:.2e} (max |logit| {:.2})",
         prompt.len(),
@@ -136,7 +159,12 @@ fn main() -> Result<()> {
         for (a, b) in f.decode_logits.iter().zip(&n.decode_logits) {
             decode_diff = decode_diff.max(max_abs_diff(a, b)?);
         }
-        let agree = f.greedy.iter().zip(&n.greedy).filter(|(a, b)| a == b).count();
+        let agree = f
+            .greedy
+            .iter()
+            .zip(&n.greedy)
+            .filter(|(a, b)| a == b)
+            .count();
         println!(
             "decode  {:>4} steps:  flash {:>8.1} tok/s, naive {:>8.1} tok/s, max |logit diff| {:.2e}, \
              greedy picks agree {agree}/{}",

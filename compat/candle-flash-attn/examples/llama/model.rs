@@ -30,9 +30,16 @@ impl Config {
 
     /// Shapes of every weight, by the names llama checkpoints use.
     fn weight_shapes(&self) -> Vec<(String, Vec<usize>)> {
-        let (h, i, kv) = (self.hidden_size, self.intermediate_size, self.num_kv_heads * self.head_dim());
+        let (h, i, kv) = (
+            self.hidden_size,
+            self.intermediate_size,
+            self.num_kv_heads * self.head_dim(),
+        );
         let mut shapes = vec![
-            ("model.embed_tokens.weight".to_string(), vec![self.vocab_size, h]),
+            (
+                "model.embed_tokens.weight".to_string(),
+                vec![self.vocab_size, h],
+            ),
             ("model.norm.weight".to_string(), vec![h]),
             ("lm_head.weight".to_string(), vec![self.vocab_size, h]),
         ];
@@ -92,12 +99,16 @@ pub struct KvCache {
 
 impl KvCache {
     pub fn new(cfg: &Config) -> Self {
-        KvCache { layers: vec![None; cfg.num_layers] }
+        KvCache {
+            layers: vec![None; cfg.num_layers],
+        }
     }
 
     /// Number of positions already cached (the position of the next token).
     pub fn positions(&self) -> usize {
-        self.layers[0].as_ref().map_or(0, |(k, _)| k.dim(1).unwrap_or(0))
+        self.layers[0]
+            .as_ref()
+            .map_or(0, |(k, _)| k.dim(1).unwrap_or(0))
     }
 }
 
@@ -112,17 +123,26 @@ impl Rotary {
         let half = cfg.head_dim() / 2;
         let angles: Vec<f64> = (0..cfg.max_positions)
             .flat_map(|pos| {
-                (0..half).map(move |i| pos as f64 / cfg.rope_theta.powf(2.0 * i as f64 / cfg.head_dim() as f64))
+                (0..half).map(move |i| {
+                    pos as f64 / cfg.rope_theta.powf(2.0 * i as f64 / cfg.head_dim() as f64)
+                })
             })
             .collect();
         let angles = Tensor::from_vec(angles, (cfg.max_positions, half), &Device::Cpu)?;
-        Ok(Rotary { cos: angles.cos()?.to_dtype(dtype)?, sin: angles.sin()?.to_dtype(dtype)? })
+        Ok(Rotary {
+            cos: angles.cos()?.to_dtype(dtype)?,
+            sin: angles.sin()?.to_dtype(dtype)?,
+        })
     }
 
     /// x `(b, t, heads, head_dim)` holding positions `start..start + t`.
     fn apply(&self, x: &Tensor, start: usize) -> Result<Tensor> {
         let t = x.dim(1)?;
-        candle_nn::rotary_emb::rope_thd(x, &self.cos.narrow(0, start, t)?, &self.sin.narrow(0, start, t)?)
+        candle_nn::rotary_emb::rope_thd(
+            x,
+            &self.cos.narrow(0, start, t)?,
+            &self.sin.narrow(0, start, t)?,
+        )
     }
 }
 
@@ -133,7 +153,10 @@ struct RmsNorm {
 
 impl RmsNorm {
     fn new(size: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
-        Ok(RmsNorm { weight: vb.get(size, "weight")?, eps: eps as f32 })
+        Ok(RmsNorm {
+            weight: vb.get(size, "weight")?,
+            eps: eps as f32,
+        })
     }
 
     // The tensor-op version: candle-nn's fused kernel sums in f32 even for f64 inputs, which
@@ -176,13 +199,25 @@ impl SelfAttention {
     ) -> Result<Tensor> {
         let (b, t, hidden) = x.dims3()?;
         let start = cache.as_ref().map_or(0, |(k, _)| k.dim(1).unwrap_or(0));
-        let q = self.q_proj.forward(x)?.reshape((b, t, self.num_heads, self.head_dim))?;
-        let k = self.k_proj.forward(x)?.reshape((b, t, self.num_kv_heads, self.head_dim))?;
-        let v = self.v_proj.forward(x)?.reshape((b, t, self.num_kv_heads, self.head_dim))?;
+        let q = self
+            .q_proj
+            .forward(x)?
+            .reshape((b, t, self.num_heads, self.head_dim))?;
+        let k = self
+            .k_proj
+            .forward(x)?
+            .reshape((b, t, self.num_kv_heads, self.head_dim))?;
+        let v = self
+            .v_proj
+            .forward(x)?
+            .reshape((b, t, self.num_kv_heads, self.head_dim))?;
         let q = rotary.apply(&q, start)?;
         let k = rotary.apply(&k, start)?;
         let (k, v) = match cache.take() {
-            Some((past_k, past_v)) => (Tensor::cat(&[&past_k, &k], 1)?, Tensor::cat(&[&past_v, &v], 1)?),
+            Some((past_k, past_v)) => (
+                Tensor::cat(&[&past_k, &k], 1)?,
+                Tensor::cat(&[&past_v, &v], 1)?,
+            ),
             None => (k, v),
         };
         *cache = Some((k.clone(), v.clone()));
@@ -205,7 +240,9 @@ fn naive_causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Res
     let n_rep = h / h_k;
     let repeat_kv = |x: &Tensor| -> Result<Tensor> {
         let x = x.transpose(1, 2)?.contiguous()?;
-        x.unsqueeze(2)?.expand((b, h_k, n_rep, s, d))?.reshape((b, h, s, d))
+        x.unsqueeze(2)?
+            .expand((b, h_k, n_rep, s, d))?
+            .reshape((b, h, s, d))
     };
     let q = q.transpose(1, 2)?.contiguous()?;
     let (k, v) = (repeat_kv(k)?, repeat_kv(v)?);
@@ -213,7 +250,15 @@ fn naive_causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Res
     if t > 1 {
         // Query i is position s - t + i; it may not see keys after it.
         let mask: Vec<f32> = (0..t)
-            .flat_map(|i| (0..s).map(move |j| if j > s - t + i { f32::NEG_INFINITY } else { 0.0 }))
+            .flat_map(|i| {
+                (0..s).map(move |j| {
+                    if j > s - t + i {
+                        f32::NEG_INFINITY
+                    } else {
+                        0.0
+                    }
+                })
+            })
             .collect();
         let mask = Tensor::from_vec(mask, (t, s), q.device())?.to_dtype(q.dtype())?;
         logits = logits.broadcast_add(&mask)?;
@@ -256,7 +301,11 @@ impl Block {
         Ok(Block {
             input_norm: RmsNorm::new(cfg.hidden_size, cfg.rms_norm_eps, vb.pp("input_layernorm"))?,
             attention: SelfAttention::new(cfg, vb.pp("self_attn"))?,
-            post_attention_norm: RmsNorm::new(cfg.hidden_size, cfg.rms_norm_eps, vb.pp("post_attention_layernorm"))?,
+            post_attention_norm: RmsNorm::new(
+                cfg.hidden_size,
+                cfg.rms_norm_eps,
+                vb.pp("post_attention_layernorm"),
+            )?,
             mlp: Mlp::new(cfg, vb.pp("mlp"))?,
         })
     }
@@ -268,7 +317,12 @@ impl Block {
         cache: &mut Option<(Tensor, Tensor)>,
         attention: AttentionImpl,
     ) -> Result<Tensor> {
-        let x = (x + self.attention.forward(&self.input_norm.forward(x)?, rotary, cache, attention)?)?;
+        let x = (x + self.attention.forward(
+            &self.input_norm.forward(x)?,
+            rotary,
+            cache,
+            attention,
+        )?)?;
         &x + self.mlp.forward(&self.post_attention_norm.forward(&x)?)?
     }
 }
@@ -290,7 +344,11 @@ impl Llama {
             .map(|l| Block::new(cfg, model.pp(format!("layers.{l}"))))
             .collect::<Result<_>>()?;
         Ok(Llama {
-            embed_tokens: candle_nn::embedding(cfg.vocab_size, cfg.hidden_size, model.pp("embed_tokens"))?,
+            embed_tokens: candle_nn::embedding(
+                cfg.vocab_size,
+                cfg.hidden_size,
+                model.pp("embed_tokens"),
+            )?,
             blocks,
             norm: RmsNorm::new(cfg.hidden_size, cfg.rms_norm_eps, model.pp("norm"))?,
             lm_head: candle_nn::linear_no_bias(cfg.hidden_size, cfg.vocab_size, vb.pp("lm_head"))?,

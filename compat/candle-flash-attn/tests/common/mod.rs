@@ -27,7 +27,11 @@ pub fn uniform(rng: &mut StdRng, shape: &[usize], scale: f64) -> candle::Result<
 }
 
 pub fn max_abs(t: &Tensor) -> candle::Result<f64> {
-    t.to_dtype(DType::F64)?.abs()?.flatten_all()?.max(0)?.to_scalar::<f64>()
+    t.to_dtype(DType::F64)?
+        .abs()?
+        .flatten_all()?
+        .max(0)?
+        .to_scalar::<f64>()
 }
 
 pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> candle::Result<f64> {

@@ -20,12 +20,22 @@ pub struct Spec {
 
 impl Spec {
     pub fn causal(scale: f32) -> Self {
-        Spec { scale, window_right: Some(0), ..Default::default() }
+        Spec {
+            scale,
+            window_right: Some(0),
+            ..Default::default()
+        }
     }
 }
 
 /// q `(b, s_q, h, d)`, k/v `(b, s_k, h_k, d)` -> `(b, s_q, h, d)`, computed in `dtype`.
-pub fn batch_attention(q: &Tensor, k: &Tensor, v: &Tensor, spec: &Spec, dtype: DType) -> Result<Tensor> {
+pub fn batch_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    spec: &Spec,
+    dtype: DType,
+) -> Result<Tensor> {
     let (_, s_q, h, _) = q.dims4()?;
     let (_, s_k, h_k, _) = k.dims4()?;
     let heads_first = |t: &Tensor| t.to_dtype(dtype)?.transpose(1, 2)?.contiguous();
@@ -39,7 +49,9 @@ pub fn batch_attention(q: &Tensor, k: &Tensor, v: &Tensor, spec: &Spec, dtype: D
     let (bias, visible_rows) = bias_and_mask(s_q, s_k, h, spec)?;
     let logits = logits.broadcast_add(&bias.to_dtype(dtype)?)?;
     let probs = candle_nn::ops::softmax_last_dim(&logits)?;
-    let out = probs.matmul(&v)?.broadcast_mul(&visible_rows.to_dtype(dtype)?)?;
+    let out = probs
+        .matmul(&v)?
+        .broadcast_mul(&visible_rows.to_dtype(dtype)?)?;
     out.transpose(1, 2)?.contiguous()
 }
 
@@ -55,8 +67,17 @@ pub fn varlen_attention(
 ) -> Result<Tensor> {
     let mut outs = Vec::new();
     for (q_range, k_range) in cu_q.windows(2).zip(cu_k.windows(2)) {
-        let take = |t: &Tensor, r: &[u32]| t.narrow(0, r[0] as usize, (r[1] - r[0]) as usize)?.unsqueeze(0);
-        let out = batch_attention(&take(q, q_range)?, &take(k, k_range)?, &take(v, k_range)?, spec, dtype)?;
+        let take = |t: &Tensor, r: &[u32]| {
+            t.narrow(0, r[0] as usize, (r[1] - r[0]) as usize)?
+                .unsqueeze(0)
+        };
+        let out = batch_attention(
+            &take(q, q_range)?,
+            &take(k, k_range)?,
+            &take(v, k_range)?,
+            spec,
+            dtype,
+        )?;
         outs.push(out.squeeze(0)?);
     }
     Tensor::cat(&outs, 0)
@@ -65,7 +86,9 @@ pub fn varlen_attention(
 /// `(b, h_k, s, d)` -> `(b, h_k * n_rep, s, d)`; query head i reads kv head i / n_rep.
 fn repeat_kv_heads(t: &Tensor, n_rep: usize) -> Result<Tensor> {
     let (b, h_k, s, d) = t.dims4()?;
-    t.unsqueeze(2)?.expand((b, h_k, n_rep, s, d))?.reshape((b, h_k * n_rep, s, d))
+    t.unsqueeze(2)?
+        .expand((b, h_k, n_rep, s, d))?
+        .reshape((b, h_k * n_rep, s, d))
 }
 
 /// Additive bias `(h, s_q, s_k)` (alibi, -inf outside the window) and a `(s_q, 1)` 0/1 factor

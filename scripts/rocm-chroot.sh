@@ -46,6 +46,18 @@ copy_host_network_files() {
     cp -L /etc/hosts "$CHROOT_DIR/etc/hosts" 2>/dev/null || true
 }
 
+# Local CAs the host trusts (a TLS-intercepting proxy, for one) must be trusted inside too, or
+# downloads from the build (the CK sdist) fail certificate checks. Re-synced on every entry.
+sync_host_ca_certificates() {
+    local src=/usr/local/share/ca-certificates dst="$CHROOT_DIR/usr/local/share/ca-certificates"
+    [ -d "$src" ] && [ -x "$CHROOT_DIR/usr/sbin/update-ca-certificates" ] || return 0
+    diff -rq "$src" "$dst" >/dev/null 2>&1 && return 0
+    rm -rf "$dst"
+    cp -rL "$src" "$dst"
+    chroot "$CHROOT_DIR" update-ca-certificates >/dev/null 2>&1 ||
+        log "warning: update-ca-certificates failed inside the chroot"
+}
+
 is_complete() {
     [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$MARKER_CONTENT" ]
 }
@@ -84,6 +96,7 @@ create() {
 # and concurrent runs never unmount each other's /proc. The trap unmounts in order on a normal exit.
 run_inside() {
     copy_host_network_files
+    sync_host_ca_certificates
     local binds=("$REPO_DIR")
     local dir
     for dir in "$HOME/.cargo" "$HOME/.rustup"; do

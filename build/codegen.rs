@@ -1,0 +1,106 @@
+//! Runs CK's fmha code generator (through build/ck_codegen.py) for the selected kernels, and
+//! syncs its output into the build cache, touching only files whose content changed so that an
+//! unchanged rebuild recompiles nothing.
+use crate::selection::Selection;
+use crate::sources::CkSources;
+use crate::toolchain::{run_capture, Toolchain};
+use crate::BuildResult;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub struct Generated {
+    /// The generated .cpp files, in the generator's order.
+    pub sources: Vec<PathBuf>,
+    /// "<api> <kernel name>" lines: what the code-object check expects in the library.
+    pub manifest: PathBuf,
+}
+
+impl Generated {
+    /// Kernel instances (the dispatchers excluded).
+    pub fn instance_count(&self) -> usize {
+        self.sources.iter().filter(|p| !is_dispatcher(p)).count()
+    }
+}
+
+fn is_dispatcher(path: &Path) -> bool {
+    path.file_stem().is_some_and(|s| s.to_string_lossy().ends_with("_api"))
+}
+
+pub fn generate(
+    ck: &CkSources,
+    toolchain: &Toolchain,
+    selection: &Selection,
+    build_dir: &Path,
+) -> BuildResult<Generated> {
+    let fresh = build_dir.join("gen.tmp");
+    let gen = build_dir.join("gen");
+    remove_dir(&fresh)?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("build/ck_codegen.py");
+    let hdims: Vec<String> = selection.hdims.iter().map(u32::to_string).collect();
+    let mut command = Command::new(&toolchain.python);
+    command
+        .arg(&script)
+        .arg(ck.fmha_dir())
+        .arg(&fresh)
+        .args(["--dtypes", &selection.dtypes.join(","), "--hdims", &hdims.join(",")])
+        .args(["--filter", &selection.filter]);
+    if selection.lse {
+        command.arg("--lse");
+    }
+    if selection.paged {
+        command.arg("--paged");
+    }
+    run_capture(&mut command).map_err(|e| format!("CK code generation failed: {e}"))?;
+    let manifest_text = fs::read_to_string(fresh.join("manifest.txt")).map_err(|e| e.to_string())?;
+    if !manifest_text.lines().any(|l| !l.starts_with("api ")) {
+        return Err(format!(
+            "the kernel selection is empty ({}): widen FLASH_ATTN_ROCM_FILTER/HDIMS/DTYPES",
+            selection.describe()
+        ));
+    }
+    sync_dir(&fresh, &gen)?;
+    remove_dir(&fresh)?;
+    let sources = manifest_text
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .map(|(_, name)| gen.join(format!("{name}.cpp")))
+        .collect();
+    Ok(Generated { sources, manifest: gen.join("manifest.txt") })
+}
+
+/// Makes `to` hold exactly the files of `from`, rewriting only those whose bytes differ.
+fn sync_dir(from: &Path, to: &Path) -> BuildResult<()> {
+    fs::create_dir_all(to).map_err(|e| format!("cannot create {}: {e}", to.display()))?;
+    let names = |dir: &Path| -> BuildResult<Vec<std::ffi::OsString>> {
+        let entries = fs::read_dir(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+        Ok(entries.filter_map(|e| e.ok().map(|e| e.file_name())).collect())
+    };
+    for name in names(to)? {
+        if !from.join(&name).exists() {
+            fs::remove_file(to.join(&name)).map_err(|e| e.to_string())?;
+        }
+    }
+    for name in names(from)? {
+        let bytes = fs::read(from.join(&name)).map_err(|e| e.to_string())?;
+        write_if_changed(&to.join(&name), &bytes)?;
+    }
+    Ok(())
+}
+
+pub fn write_if_changed(path: &Path, bytes: &[u8]) -> BuildResult<()> {
+    if fs::read(path).is_ok_and(|old| old == bytes) {
+        return Ok(());
+    }
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+fn remove_dir(dir: &Path) -> BuildResult<()> {
+    match fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("cannot remove {}: {e}", dir.display())),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,244 @@
+// Torch-free shim over CK's fmha_fwd / fmha_fwd_splitkv, following flash-attention's
+// csrc/flash_attn_ck (mha_fwd.cpp, mha_varlen_fwd.cpp): the Rust side has already resolved
+// strides, seqstarts and the mask encoding into CkFwdParams; this file copies them into CK's
+// traits/args, runs the dispatcher on the caller's stream and turns failures into exceptions.
+// Compiled by hipcc with -DCK_TILE_FMHA_FWD_FAST_EXP2=1 like every CK translation unit.
+#include "flash-attn-rocm/src/rocm/ffi.rs.h"
+#include "build_info.h"
+#include "fmha_fwd.hpp"
+
+#include <hip/hip_runtime.h>
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace flash_attn_rocm {
+namespace {
+
+// Split-KV with a single split: flash-attention's heuristic for this CK never picks more, and
+// one split needs no device-property query per call.
+constexpr ck_tile::index_t kNumSplits = 1;
+
+void check_hip(hipError_t status, const char* what)
+{
+    if(status != hipSuccess)
+    {
+        throw std::runtime_error(std::string("flash-attn-rocm: HIP error in ") + what + ": " +
+                                 hipGetErrorName(status) + " (" + hipGetErrorString(status) +
+                                 "); library built for " FLASH_ATTN_ROCM_BUILD_INFO);
+    }
+}
+
+std::string data_type(CkDtype dtype)
+{
+    switch(dtype)
+    {
+    case CkDtype::Fp16: return "fp16";
+    case CkDtype::Bf16: return "bf16";
+    }
+    throw std::runtime_error("flash-attn-rocm: unknown CkDtype " +
+                             std::to_string(static_cast<int>(dtype)));
+}
+
+mask_enum mask_type(CkMask mask) { return static_cast<mask_enum>(static_cast<int>(mask)); }
+
+bias_enum bias_type(CkBias bias) { return static_cast<bias_enum>(static_cast<int>(bias)); }
+
+bool is_paged(const CkFwdParams& p) { return p.block_table_ptr != 0; }
+
+[[noreturn]] void throw_no_kernel(const CkFwdParams& p, const char* api)
+{
+    std::ostringstream msg;
+    msg << "flash-attn-rocm: " << api << " has no Composable Kernel instance for: dtype "
+        << data_type(p.dtype) << ", hdim_q " << p.hdim_q << ", hdim_v " << p.hdim_v << ", "
+        << (p.is_group_mode ? "group (varlen)" : "batch") << " mode"
+        << (is_paged(p) ? ", paged K/V" : "") << ", mask " << static_cast<int>(p.mask_type)
+        << " (window " << p.window_size_left << "," << p.window_size_right << "), bias "
+        << (p.bias_type == CkBias::Alibi ? "alibi" : "none") << ", softcap "
+        << (p.has_logits_soft_cap ? "on" : "off") << ", lse " << (p.has_lse ? "on" : "off")
+        << ". This library was built for " FLASH_ATTN_ROCM_BUILD_INFO
+           ". Rebuild with the kernels this call needs: FLASH_ATTN_ROCM_HDIMS (head-dim tiles), "
+           "FLASH_ATTN_ROCM_DTYPES (fp16,bf16), FLASH_ATTN_ROCM_LSE=1 (LSE output), "
+           "FLASH_ATTN_ROCM_PAGED=1 (paged K/V), and clear FLASH_ATTN_ROCM_FILTER. "
+           "(Softcap together with ALiBi has no CK kernel.)";
+    throw std::runtime_error(msg.str());
+}
+
+// Fields shared by fmha_fwd_args and fmha_fwd_splitkv_args.
+template <typename Args>
+void fill_common(Args& a, const CkFwdParams& p)
+{
+    a.q_ptr          = reinterpret_cast<const void*>(p.q_ptr);
+    a.k_ptr          = reinterpret_cast<const void*>(p.k_ptr);
+    a.v_ptr          = reinterpret_cast<const void*>(p.v_ptr);
+    a.bias_ptr       = reinterpret_cast<const void*>(p.alibi_slopes_ptr);
+    a.lse_ptr        = reinterpret_cast<void*>(p.lse_ptr);
+    a.o_ptr          = reinterpret_cast<void*>(p.o_ptr);
+    a.seqstart_q_ptr = reinterpret_cast<const void*>(p.seqstart_q_ptr);
+    a.seqstart_k_ptr = reinterpret_cast<const void*>(p.seqstart_k_ptr);
+    a.seqlen_k_ptr   = nullptr;
+
+    a.seqlen_q     = p.seqlen_q;
+    a.seqlen_k     = p.seqlen_k;
+    a.batch        = p.batch;
+    a.max_seqlen_q = p.max_seqlen_q;
+    a.hdim_q       = p.hdim_q;
+    a.hdim_v       = p.hdim_v;
+    a.nhead_q      = p.nhead_q;
+    a.nhead_k      = p.nhead_k;
+
+    a.scale_s         = p.scale_s;
+    a.scale_p         = 1.0f;
+    a.scale_o         = 1.0f;
+    a.logits_soft_cap = p.has_logits_soft_cap ? p.logits_soft_cap : 0.0f;
+
+    a.stride_q          = p.stride_q;
+    a.stride_k          = p.stride_k;
+    a.stride_v          = p.stride_v;
+    a.stride_bias       = p.stride_alibi_slopes;
+    a.stride_o          = p.stride_o;
+    a.nhead_stride_q    = p.nhead_stride_q;
+    a.nhead_stride_k    = p.nhead_stride_k;
+    a.nhead_stride_v    = p.nhead_stride_v;
+    a.nhead_stride_bias = 0; // alibi slopes are indexed batch_stride * b + head
+    a.nhead_stride_lse  = p.nhead_stride_lse;
+    a.nhead_stride_o    = p.nhead_stride_o;
+    a.batch_stride_q    = p.batch_stride_q;
+    a.batch_stride_k    = p.batch_stride_k;
+    a.batch_stride_v    = p.batch_stride_v;
+    a.batch_stride_bias = 0;
+    a.batch_stride_lse  = p.batch_stride_lse;
+    a.batch_stride_o    = p.batch_stride_o;
+
+    a.window_size_left  = p.window_size_left;
+    a.window_size_right = p.window_size_right;
+    a.mask_type         = static_cast<ck_tile::index_t>(p.mask_type);
+}
+
+void run_fwd(const CkFwdParams& p, const ck_tile::stream_config& stream)
+{
+    fmha_fwd_traits traits{p.hdim_q,
+                           p.hdim_v,
+                           data_type(p.dtype),
+                           p.is_group_mode,
+                           true, // is_v_rowmajor: v is (.., s_k, h_k, d) like k
+                           p.has_logits_soft_cap,
+                           mask_type(p.mask_type),
+                           bias_type(p.bias_type),
+                           p.has_lse,
+                           false,  // has_dropout
+                           false,  // do_fp8_static_quant
+                           false}; // skip_min_seqlen_q
+    fmha_fwd_args args{};
+    fill_common(args, p);
+    args.rand_val_ptr         = nullptr;
+    args.stride_randval       = 0;
+    args.nhead_stride_randval = 0;
+    args.batch_stride_randval = 0;
+    args.min_seqlen_q         = 0;
+    args.p_drop               = 0.0f;
+    args.s_randval            = false;
+    args.drop_seed_offset     = std::make_pair(uint64_t{0}, uint64_t{0});
+    if(fmha_fwd(traits, args, stream) < 0)
+        throw_no_kernel(p, "fmha_fwd");
+}
+
+// Stream-ordered scratch for the split-KV accumulators, freed on the same stream after use.
+class StreamBuffer
+{
+    public:
+    StreamBuffer(size_t bytes, hipStream_t stream) : stream_(stream)
+    {
+        check_hip(hipMallocAsync(&ptr_, bytes, stream_), "hipMallocAsync (split-KV scratch)");
+    }
+    ~StreamBuffer() noexcept(false)
+    {
+        // Not thrown while unwinding from another exception: that one is the real error.
+        hipError_t status = hipFreeAsync(ptr_, stream_);
+        if(std::uncaught_exceptions() == 0)
+            check_hip(status, "hipFreeAsync (split-KV scratch)");
+    }
+    StreamBuffer(const StreamBuffer&)            = delete;
+    StreamBuffer& operator=(const StreamBuffer&) = delete;
+    void* get() const { return ptr_; }
+
+    private:
+    void* ptr_ = nullptr;
+    hipStream_t stream_;
+};
+
+// Paged K/V, after mha_varlen_fwd.cpp's block-table path (group mode, not gappy).
+void run_splitkv(const CkFwdParams& p, const ck_tile::stream_config& stream)
+{
+    if(!p.is_group_mode)
+        throw std::runtime_error("flash-attn-rocm: paged K/V needs group (varlen) mode");
+    fmha_fwd_splitkv_traits traits{p.hdim_q,
+                                   p.hdim_v,
+                                   data_type(p.dtype),
+                                   true, // is_group_mode
+                                   true, // is_v_rowmajor
+                                   p.has_logits_soft_cap,
+                                   mask_type(p.mask_type),
+                                   bias_type(p.bias_type),
+                                   p.has_lse,
+                                   false}; // do_fp8_static_quant
+    const size_t total_q   = static_cast<size_t>(p.seqlen_q);
+    const size_t lse_elems = static_cast<size_t>(p.nhead_q) * kNumSplits * total_q;
+    StreamBuffer lse_acc(lse_elems * sizeof(float), stream.stream_id_);
+    StreamBuffer o_acc(lse_elems * p.hdim_v * sizeof(float), stream.stream_id_);
+
+    fmha_fwd_splitkv_args args{};
+    fill_common(args, p);
+    args.lse_acc_ptr              = lse_acc.get();
+    args.o_acc_ptr                = o_acc.get();
+    args.block_table_ptr          = reinterpret_cast<void*>(p.block_table_ptr);
+    args.batch_stride_block_table = p.batch_stride_block_table;
+    args.page_block_size          = p.page_block_size;
+    args.is_gappy                 = false;
+    args.cache_batch_idx          = nullptr;
+    args.num_splits               = kNumSplits;
+    // Accumulators laid out (h, splits, total_q[, d]) as mha_varlen_fwd.cpp allocates them.
+    args.nhead_stride_lse_acc = kNumSplits * p.seqlen_q;
+    args.split_stride_lse_acc = p.seqlen_q;
+    args.batch_stride_lse_acc = 0;
+    args.stride_o_acc         = p.hdim_v;
+    args.split_stride_o_acc   = p.seqlen_q * p.hdim_v;
+    args.nhead_stride_o_acc   = kNumSplits * p.seqlen_q * p.hdim_v;
+    args.batch_stride_o_acc   = 0;
+    if(fmha_fwd_splitkv(traits, args, stream) < 0)
+        throw_no_kernel(p, "fmha_fwd_splitkv");
+}
+
+} // namespace
+
+void ck_fmha_fwd(const CkFwdParams& params)
+{
+    // An error left pending by earlier work on this thread would otherwise surface as ours.
+    check_hip(hipGetLastError(), "work before flash-attn-rocm (pending error)");
+    const ck_tile::stream_config stream{reinterpret_cast<hipStream_t>(params.stream)};
+    if(is_paged(params))
+        run_splitkv(params, stream);
+    else
+        run_fwd(params, stream);
+    check_hip(hipGetLastError(), is_paged(params) ? "fmha_fwd_splitkv launch" : "fmha_fwd launch");
+}
+
+int hip_device_count()
+{
+    int count         = 0;
+    hipError_t status = hipGetDeviceCount(&count);
+    if(status == hipErrorNoDevice)
+    {
+        // Clear the last error so the next launch does not report it as its own; anything
+        // other than the same "no device" is a real error.
+        hipError_t last = hipGetLastError();
+        if(last != hipErrorNoDevice)
+            check_hip(last, "hipGetDeviceCount");
+        return 0;
+    }
+    check_hip(status, "hipGetDeviceCount");
+    return count;
+}
+
+} // namespace flash_attn_rocm

@@ -1,0 +1,17 @@
+// The C++ side of src/rocm/ffi.rs. This header is included by the cxx-generated bridge, which
+// the host C++ compiler builds: it must not include ck_tile (hipcc-only headers).
+#pragma once
+
+namespace flash_attn_rocm {
+
+struct CkFwdParams;
+
+// Launches CK's fmha forward (or split-KV, for paged K/V) on params.stream. Throws
+// std::runtime_error (a Rust Err through cxx) when no kernel was built for the call, when the
+// arguments are out of CK's range, or on any HIP error.
+void ck_fmha_fwd(const CkFwdParams& params);
+
+// Number of visible HIP devices; 0 for hipErrorNoDevice, throws on other HIP errors.
+int hip_device_count();
+
+} // namespace flash_attn_rocm

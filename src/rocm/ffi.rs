@@ -1,0 +1,186 @@
+//! The one bridge to the C++ shim (csrc/): a plain struct holding exactly what reaches CK's
+//! `fmha_fwd_traits`/`fmha_fwd_args` (or the split-KV pair for paged K/V), and the launch
+//! function. The struct is compiled in every build so that host tests can check the marshalling
+//! without ROCm; the C++ functions exist only with the `rocm` feature.
+
+#[cxx::bridge(namespace = "flash_attn_rocm")]
+pub mod bridge {
+    /// Element type of q, k, v and the output (CK's `data_type` "fp16" / "bf16").
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[repr(i32)]
+    enum CkDtype {
+        Fp16 = 0,
+        Bf16 = 1,
+    }
+
+    /// CK's `mask_enum`. flash-attention uses `NoMask` and `BottomRight` only: causal is
+    /// bottom-right with (left, 0), a window is bottom-right with (left, right).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[repr(i32)]
+    enum CkMask {
+        NoMask = 0,
+        TopLeft = 1,
+        BottomRight = 2,
+        Generic = 3,
+    }
+
+    /// CK's `bias_enum` restricted to what the API offers.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[repr(i32)]
+    enum CkBias {
+        NoBias = 0,
+        Alibi = 2,
+    }
+
+    /// One forward call, as CK sees it. Pointers are device addresses already advanced to the
+    /// tensor's first element; strides and sizes count elements (CK's `index_t` is i32).
+    ///
+    /// Batch mode (`is_group_mode == false`): q/k/v/o are (b, s, h, d) views; `stride_*` is the
+    /// row (sequence) stride, `nhead_stride_*` the head stride, `batch_stride_*` the batch stride;
+    /// `seqlen_q/k` are the per-batch lengths; seqstart pointers are 0.
+    /// Group mode (varlen): (total, h, d) views with batch strides 0; `seqstart_q/k_ptr` point
+    /// to the b+1 cumulative i32 offsets on the device; `seqlen_q/k` are the totals.
+    /// Paged (`block_table_ptr != 0`, group mode only): k/v are (num_blocks, page_block_size,
+    /// h_k, d); `batch_stride_k/v` is the block stride, `stride_k/v` the row stride inside a
+    /// block; the block table is (b, max_blocks) i32 with row stride `batch_stride_block_table`.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    struct CkFwdParams {
+        // Traits (kernel selection).
+        dtype: CkDtype,
+        is_group_mode: bool,
+        has_logits_soft_cap: bool,
+        mask_type: CkMask,
+        bias_type: CkBias,
+        has_lse: bool,
+
+        // Device pointers (0 when absent).
+        q_ptr: usize,
+        k_ptr: usize,
+        v_ptr: usize,
+        o_ptr: usize,
+        /// f32 log-sum-exp output, (b, h, s_q) in batch mode or (h, total_q) in group mode.
+        lse_ptr: usize,
+        /// f32 ALiBi slopes, (h,) or (b, h).
+        alibi_slopes_ptr: usize,
+        seqstart_q_ptr: usize,
+        seqstart_k_ptr: usize,
+        block_table_ptr: usize,
+        /// The caller's `hipStream_t`; 0 is the null stream.
+        stream: usize,
+
+        // Sizes.
+        batch: i32,
+        seqlen_q: i32,
+        seqlen_k: i32,
+        max_seqlen_q: i32,
+        hdim_q: i32,
+        hdim_v: i32,
+        nhead_q: i32,
+        nhead_k: i32,
+
+        // Scalars.
+        scale_s: f32,
+        /// Used when `has_logits_soft_cap`; CK computes `cap * tanh(s / cap)`.
+        logits_soft_cap: f32,
+        /// flash-attention style window sizes; -1 is unbounded.
+        window_size_left: i32,
+        window_size_right: i32,
+
+        // Strides, in elements.
+        stride_q: i32,
+        stride_k: i32,
+        stride_v: i32,
+        stride_o: i32,
+        nhead_stride_q: i32,
+        nhead_stride_k: i32,
+        nhead_stride_v: i32,
+        nhead_stride_o: i32,
+        batch_stride_q: i32,
+        batch_stride_k: i32,
+        batch_stride_v: i32,
+        batch_stride_o: i32,
+        /// ALiBi row stride: h for (b, h) slopes, 0 for (h,) slopes shared by all batches.
+        stride_alibi_slopes: i32,
+        nhead_stride_lse: i32,
+        batch_stride_lse: i32,
+
+        // Paged K/V.
+        page_block_size: i32,
+        batch_stride_block_table: i32,
+    }
+
+    #[cfg(feature = "rocm")]
+    unsafe extern "C++" {
+        include!("flash-attn-rocm/csrc/fmha_shim.h");
+
+        /// Launches CK's forward kernel for `params` on `params.stream` (asynchronously).
+        /// Errors: no kernel built for these traits (the message names them and the build
+        /// variables to change), invalid arguments, or a HIP error.
+        ///
+        /// # Safety
+        /// Every non-zero pointer must be a device allocation large enough for the sizes and
+        /// strides given, live until the stream has run the kernel; `stream` must be a valid
+        /// `hipStream_t` of the current device, or 0.
+        unsafe fn ck_fmha_fwd(params: &CkFwdParams) -> Result<()>;
+
+        /// Number of HIP devices visible; 0 when the runtime reports no device. Other HIP
+        /// errors (a broken driver install) are errors.
+        fn hip_device_count() -> Result<i32>;
+    }
+}
+
+pub use bridge::{CkBias, CkDtype, CkFwdParams, CkMask};
+
+impl Default for CkFwdParams {
+    /// No pointers, zero sizes and strides, fp16, no mask (windows -1), no bias, no softcap,
+    /// no LSE, null stream: the marshalling fills in the rest.
+    fn default() -> Self {
+        CkFwdParams {
+            dtype: CkDtype::Fp16,
+            is_group_mode: false,
+            has_logits_soft_cap: false,
+            mask_type: CkMask::NoMask,
+            bias_type: CkBias::NoBias,
+            has_lse: false,
+            q_ptr: 0,
+            k_ptr: 0,
+            v_ptr: 0,
+            o_ptr: 0,
+            lse_ptr: 0,
+            alibi_slopes_ptr: 0,
+            seqstart_q_ptr: 0,
+            seqstart_k_ptr: 0,
+            block_table_ptr: 0,
+            stream: 0,
+            batch: 0,
+            seqlen_q: 0,
+            seqlen_k: 0,
+            max_seqlen_q: 0,
+            hdim_q: 0,
+            hdim_v: 0,
+            nhead_q: 0,
+            nhead_k: 0,
+            scale_s: 0.0,
+            logits_soft_cap: 0.0,
+            window_size_left: -1,
+            window_size_right: -1,
+            stride_q: 0,
+            stride_k: 0,
+            stride_v: 0,
+            stride_o: 0,
+            nhead_stride_q: 0,
+            nhead_stride_k: 0,
+            nhead_stride_v: 0,
+            nhead_stride_o: 0,
+            batch_stride_q: 0,
+            batch_stride_k: 0,
+            batch_stride_v: 0,
+            batch_stride_o: 0,
+            stride_alibi_slopes: 0,
+            nhead_stride_lse: 0,
+            batch_stride_lse: 0,
+            page_block_size: 0,
+            batch_stride_block_table: 0,
+        }
+    }
+}

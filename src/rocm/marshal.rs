@@ -1,0 +1,148 @@
+//! From a validated [`AttnCall`] and device addresses to the exact [`CkFwdParams`] handed to CK,
+//! following flash-attention's csrc/flash_attn_ck (mha_fwd.cpp, mha_varlen_fwd.cpp). Pure Rust:
+//! compiled and tested in every build, whether or not ROCm is present.
+use super::ffi::{CkBias, CkDtype, CkFwdParams, CkMask};
+use crate::params::{AttnCall, Mode};
+use candle::{DType, Result};
+
+/// CK's receipt-2 forward tiles stop at head dim 256.
+pub const CK_MAX_HEAD_DIM: usize = 256;
+/// flash-attention's CK path requires paged K/V blocks of a multiple of 128 rows
+/// (mha_varlen_fwd.cpp), the K/V tile length of the split-KV kernels.
+pub const CK_PAGE_BLOCK_MULTIPLE: usize = 128;
+
+/// Device addresses of one call. `q`, `k`, `v` are the base addresses of their storages (the
+/// call's element offsets are added here); the others point at their first element already.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceBuffers {
+    pub q: usize,
+    pub k: usize,
+    pub v: usize,
+    /// Contiguous output: `(b, s_q, h, d)` in batch mode, `(total_q, h, d)` otherwise.
+    pub out: usize,
+    /// f32 log-sum-exp output, or 0 for none: `(b, h, s_q)` in batch mode, `(h, total_q)`
+    /// otherwise (see [`AttnCall::lse_dims`]).
+    pub lse: usize,
+    /// f32 ALiBi slopes `(h,)`, when the call has them.
+    pub alibi_slopes: usize,
+    /// Cumulative seqlens (`b + 1` u32, read by CK as i32), varlen and paged modes.
+    pub seqstart_q: usize,
+    pub seqstart_k: usize,
+    /// `(b, max_blocks)` i32/u32 block table and its row stride in elements, paged mode.
+    pub block_table: usize,
+    pub block_table_row_stride: usize,
+    /// The `hipStream_t` to run on.
+    pub stream: usize,
+}
+
+/// The CK arguments for `call` on `buffers`, or an error naming what CK cannot serve.
+pub fn ck_fwd_params(call: &AttnCall, buffers: &DeviceBuffers) -> Result<CkFwdParams> {
+    check_supported(call)?;
+    let elem = 2; // fp16 and bf16
+    let group = call.mode != Mode::Batch;
+    let (h, d) = (call.num_heads, call.head_dim);
+    let out_rows_per_batch = if group { 0 } else { call.max_seqlen_q };
+    let window = call.window;
+    let mask = if window.is_unbounded() { CkMask::NoMask } else { CkMask::BottomRight };
+    let mut p = CkFwdParams {
+        dtype: if call.dtype == DType::F16 { CkDtype::Fp16 } else { CkDtype::Bf16 },
+        is_group_mode: group,
+        has_logits_soft_cap: call.softcap.is_some(),
+        mask_type: mask,
+        bias_type: if call.alibi.is_some() { CkBias::Alibi } else { CkBias::NoBias },
+        has_lse: buffers.lse != 0,
+        q_ptr: buffers.q + call.q.offset * elem,
+        k_ptr: buffers.k + call.k.offset * elem,
+        v_ptr: buffers.v + call.v.offset * elem,
+        o_ptr: buffers.out,
+        lse_ptr: buffers.lse,
+        alibi_slopes_ptr: if call.alibi.is_some() { buffers.alibi_slopes } else { 0 },
+        seqstart_q_ptr: if group { buffers.seqstart_q } else { 0 },
+        seqstart_k_ptr: if group { buffers.seqstart_k } else { 0 },
+        block_table_ptr: if call.mode == Mode::Paged { buffers.block_table } else { 0 },
+        stream: buffers.stream,
+        batch: int("batch", call.batch)?,
+        // Group mode: the totals (CK reads per-sequence lengths from the seqstarts).
+        seqlen_q: int("seqlen_q", if group { call.total_q } else { call.max_seqlen_q })?,
+        seqlen_k: int("seqlen_k", if group { total_k(call) } else { call.max_seqlen_k })?,
+        max_seqlen_q: int("max_seqlen_q", call.max_seqlen_q)?,
+        hdim_q: int("head_dim", d)?,
+        hdim_v: int("head_dim", d)?,
+        nhead_q: int("num_heads", h)?,
+        nhead_k: int("num_heads_k", call.num_heads_k)?,
+        scale_s: call.softmax_scale,
+        logits_soft_cap: call.softcap.unwrap_or(0.0),
+        window_size_left: if mask == CkMask::NoMask { -1 } else { window.left },
+        window_size_right: if mask == CkMask::NoMask { -1 } else { window.right },
+        stride_q: int("q row stride", call.q.row_stride)?,
+        stride_k: int("k row stride", call.k.row_stride)?,
+        stride_v: int("v row stride", call.v.row_stride)?,
+        stride_o: int("out row stride", h * d)?,
+        nhead_stride_q: int("q head stride", call.q.head_stride)?,
+        nhead_stride_k: int("k head stride", call.k.head_stride)?,
+        nhead_stride_v: int("v head stride", call.v.head_stride)?,
+        nhead_stride_o: int("out head stride", d)?,
+        batch_stride_q: int("q batch stride", call.q.batch_stride)?,
+        batch_stride_k: int("k batch stride", call.k.batch_stride)?,
+        batch_stride_v: int("v batch stride", call.v.batch_stride)?,
+        batch_stride_o: int("out batch stride", out_rows_per_batch * h * d)?,
+        // Slopes are (h,), shared by every sequence.
+        stride_alibi_slopes: 0,
+        ..CkFwdParams::default()
+    };
+    if p.has_lse {
+        let lse_dims = call.lse_dims();
+        // (b, h, s_q) in batch mode, (h, total_q) in group mode.
+        p.nhead_stride_lse = int("lse head stride", *lse_dims.last().unwrap_or(&0))?;
+        p.batch_stride_lse = if group { 0 } else { int("lse batch stride", h * call.max_seqlen_q)? };
+    }
+    if let Some(paging) = &call.seqs.paging {
+        p.page_block_size = int("page_block_size", paging.page_block_size)?;
+        p.batch_stride_block_table = int("block table row stride", buffers.block_table_row_stride)?;
+    }
+    Ok(p)
+}
+
+/// Rows of k/v (group mode without paging), from the last cumulative seqlen.
+fn total_k(call: &AttnCall) -> usize {
+    call.seqs.iter().map(|s| s.k_start + s.k_len).max().unwrap_or(0)
+}
+
+/// Refuses what the built CK kernels cannot serve, naming the limit.
+fn check_supported(call: &AttnCall) -> Result<()> {
+    if !matches!(call.dtype, DType::F16 | DType::BF16) {
+        candle::bail!("flash-attn-rocm: CK kernels take f16 or bf16, got {:?}", call.dtype)
+    }
+    if call.head_dim > CK_MAX_HEAD_DIM {
+        candle::bail!(
+            "flash-attn-rocm: CK supports head dims up to {CK_MAX_HEAD_DIM}, got {}",
+            call.head_dim
+        )
+    }
+    if call.mm_prefix.is_some() {
+        candle::bail!("flash-attn-rocm: mm_prefix_ranges are not supported by the CK kernels")
+    }
+    if call.softcap.is_some() && call.alibi.is_some() {
+        candle::bail!("flash-attn-rocm: CK has no kernel combining softcap with ALiBi")
+    }
+    if let Some(paging) = &call.seqs.paging {
+        if paging.page_block_size % CK_PAGE_BLOCK_MULTIPLE != 0 {
+            candle::bail!(
+                "flash-attn-rocm: CK's paged K/V kernels need page_block_size to be a multiple of \
+                 {CK_PAGE_BLOCK_MULTIPLE}, got {}",
+                paging.page_block_size
+            )
+        }
+    }
+    Ok(())
+}
+
+/// CK indexes with i32: a size or stride past i32::MAX cannot be expressed.
+fn int(what: &str, value: usize) -> Result<i32> {
+    i32::try_from(value).map_err(|_| {
+        candle::Error::Msg(format!(
+            "flash-attn-rocm: {what} = {value} exceeds CK's 32-bit indexing (max {})",
+            i32::MAX
+        ))
+    })
+}

@@ -1,0 +1,16 @@
+//! The ROCm backend: AMD Composable Kernel's fmha forward kernels behind a C++ shim.
+//!
+//! [`ffi`] holds the shared argument struct ([`CkFwdParams`]), compiled in every build so the
+//! marshalling is testable on any machine; [`marshal`] fills it from a validated
+//! [`crate::params::AttnCall`]. With the `rocm` feature, `fmha_fwd` launches it: the low-level
+//! API over raw device pointers and a `hipStream_t`.
+
+pub mod ffi;
+#[cfg(feature = "rocm")]
+mod launch;
+pub mod marshal;
+
+pub use ffi::{CkBias, CkDtype, CkFwdParams, CkMask};
+pub use marshal::{ck_fwd_params, DeviceBuffers};
+#[cfg(feature = "rocm")]
+pub use launch::{device_count, fmha_fwd, BUILD_INFO};

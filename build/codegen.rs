@@ -10,10 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub struct Generated {
-    /// The generated .cpp files, in the generator's order.
+    /// The generated .cpp files, in the generator's order. Beside them, manifest.txt lists
+    /// "<api> <kernel name>" lines: what scripts/check_code_objects.py expects in the library.
     pub sources: Vec<PathBuf>,
-    /// "<api> <kernel name>" lines: what the code-object check expects in the library.
-    pub manifest: PathBuf,
 }
 
 impl Generated {
@@ -66,7 +65,7 @@ pub fn generate(
         .filter_map(|line| line.split_once(' '))
         .map(|(_, name)| gen.join(format!("{name}.cpp")))
         .collect();
-    Ok(Generated { sources, manifest: gen.join("manifest.txt") })
+    Ok(Generated { sources })
 }
 
 /// Makes `to` hold exactly the files of `from`, rewriting only those whose bytes differ.

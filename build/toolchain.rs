@@ -11,7 +11,6 @@ pub struct Toolchain {
     /// The directory holding libamdhip64.so.
     pub hip_lib_dir: PathBuf,
     pub hipcc: PathBuf,
-    pub cmake: PathBuf,
     pub python: PathBuf,
     /// `hipcc --version`, verbatim: part of the build cache key.
     pub version_text: String,
@@ -31,10 +30,10 @@ impl Toolchain {
         let rocm_root = find_rocm_root()?;
         let hip_lib_dir = find_hip_lib_dir(&rocm_root)?;
         let hipcc = find_tool(&[rocm_root.join("bin/hipcc")], "hipcc", "hipcc (Debian/Ubuntu: apt install hipcc; or set ROCM_PATH)")?;
-        let cmake = env::var_os("CMAKE").map(PathBuf::from).map_or_else(
-            || find_tool(&[], "cmake", "cmake (apt install cmake)"),
-            Ok,
-        )?;
+        // The cmake crate runs $CMAKE or `cmake` from PATH; checked here for a clear message.
+        if env::var_os("CMAKE").is_none() {
+            find_tool(&[], "cmake", "cmake (apt install cmake)")?;
+        }
         let python = env::var_os("FLASH_ATTN_ROCM_PYTHON").map(PathBuf::from).map_or_else(
             || find_tool(&[], "python3", "python3 (or set FLASH_ATTN_ROCM_PYTHON)"),
             Ok,
@@ -44,7 +43,7 @@ impl Toolchain {
         let hip_version = parse_hip_version(&version_text).ok_or_else(|| {
             format!("cannot read the HIP version from `{} --version`:\n{version_text}", hipcc.display())
         })?;
-        Ok(Toolchain { rocm_root, hip_lib_dir, hipcc, cmake, python, version_text, amd_clang, hip_version })
+        Ok(Toolchain { rocm_root, hip_lib_dir, hipcc, python, version_text, amd_clang, hip_version })
     }
 
     /// Device-compiler flags for every translation unit, after flash-attention's setup.py.

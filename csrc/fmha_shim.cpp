@@ -168,6 +168,7 @@ class StreamBuffer
     hipStream_t stream_;
 };
 
+#if FLASH_ATTN_ROCM_HAS_PAGED
 // Paged K/V, after mha_varlen_fwd.cpp's block-table path (group mode, not gappy).
 void run_splitkv(const CkFwdParams& p, const ck_tile::stream_config& stream)
 {
@@ -209,6 +210,15 @@ void run_splitkv(const CkFwdParams& p, const ck_tile::stream_config& stream)
     if(fmha_fwd_splitkv(traits, args, stream) < 0)
         throw_no_kernel(p, "fmha_fwd_splitkv");
 }
+#else
+// Built with FLASH_ATTN_ROCM_PAGED=0: the split-KV kernels and their dispatcher do not exist.
+void run_splitkv(const CkFwdParams&, const ck_tile::stream_config&)
+{
+    throw std::runtime_error("flash-attn-rocm: paged K/V needs the split-KV kernels; this "
+                             "library was built with FLASH_ATTN_ROCM_PAGED=0. Rebuild with "
+                             "FLASH_ATTN_ROCM_PAGED=1 (the default).");
+}
+#endif
 
 } // namespace
 

@@ -2,7 +2,7 @@
 //! with the online softmax. Memory per block is O(tile): nothing of size s_q × s_k exists.
 
 use super::element::{widen, Element};
-use super::exp::exp_shifted_sum;
+use super::exp::{exp_shifted_sum, max};
 use super::mask::{Logits, RowRanges};
 use crate::params::{AttnCall, Sequence};
 use gemm::Parallelism;
@@ -154,7 +154,7 @@ pub fn run_block<T: Element>(inp: &Inputs<'_, T>, id: BlockId) -> BlockOut {
         logits.apply(&mut scores, BLOCK_N, rows, j0, n);
         for r in 0..rows {
             let row = &mut scores[r * BLOCK_N..r * BLOCK_N + n];
-            let tile_max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            let tile_max = max(row);
             let new_max = row_max[r].max(tile_max);
             if new_max == f32::NEG_INFINITY {
                 // Nothing visible yet for this row: contribute zeros, keep the state.

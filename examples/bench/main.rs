@@ -1,0 +1,114 @@
+//! CPU benchmark: our flash-attention kernel vs Candle's naive attention.
+//!
+//! `cargo run --release --example bench [-- --seq 512,2048,4096 --heads 16 --dim 128 --runs 3 --csv out.csv]`
+//!
+//! For each shape, dtype and mask: median wall time of both, the speedup, our GFLOP/s (causal
+//! counts only the visible half), the max error of both against an f64 reference on sampled
+//! query rows, and the peak heap growth during one call.
+
+mod alloc;
+mod naive;
+
+use candle::{DType, Device, Tensor};
+use std::time::Instant;
+
+#[global_allocator]
+static ALLOC: alloc::Counting = alloc::Counting;
+
+struct Args {
+    seqs: Vec<usize>,
+    heads: usize,
+    dim: usize,
+    runs: usize,
+    dtypes: Vec<DType>,
+    csv: Option<String>,
+}
+
+fn parse_args() -> Args {
+    let mut a = Args { seqs: vec![512, 2048, 4096], heads: 16, dim: 128, runs: 3, dtypes: vec![DType::F32, DType::BF16], csv: None };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    for pair in argv.chunks(2) {
+        let val = pair.get(1).cloned().unwrap_or_default();
+        match pair[0].as_str() {
+            "--seq" => a.seqs = val.split(',').map(|s| s.parse().expect("--seq takes numbers")).collect(),
+            "--heads" => a.heads = val.parse().expect("--heads"),
+            "--dim" => a.dim = val.parse().expect("--dim"),
+            "--runs" => a.runs = val.parse().expect("--runs"),
+            "--csv" => a.csv = Some(val),
+            "--dtype" => {
+                a.dtypes = val
+                    .split(',')
+                    .map(|d| match d {
+                        "f32" => DType::F32,
+                        "bf16" => DType::BF16,
+                        "f16" => DType::F16,
+                        other => panic!("unknown dtype {other}"),
+                    })
+                    .collect()
+            }
+            other => panic!("unknown argument {other}; see the doc comment of examples/bench/main.rs"),
+        }
+    }
+    a
+}
+
+/// Median seconds of `runs` calls after one warm-up, and the peak heap growth of one call.
+fn time<R>(runs: usize, mut f: impl FnMut() -> R) -> (f64, usize, R) {
+    let (r, peak) = alloc::peak_during(&mut f);
+    let mut times: Vec<f64> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(f());
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (times[times.len() / 2], peak, r)
+}
+
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+fn main() -> candle::Result<()> {
+    let args = parse_args();
+    let (b, h, d) = (1, args.heads, args.dim);
+    println!("threads: {} (rayon; candle's matmul uses the same pool)", rayon::current_num_threads());
+    let header = "dtype,causal,seq,flash_ms,naive_ms,speedup,flash_gflops,flash_err,naive_err,flash_peak_mib,naive_peak_mib";
+    println!(
+        "| dtype | causal | seq | flash ms | naive ms | speedup | flash GFLOP/s | flash max err | naive max err | flash peak MiB | naive peak MiB |\n|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    let mut csv = vec![header.to_string()];
+    for &dtype in &args.dtypes {
+        for &causal in &[false, true] {
+            for &s in &args.seqs {
+                let q = Tensor::randn(0f32, 1.0, (b, s, h, d), &Device::Cpu)?.to_dtype(dtype)?;
+                let k = Tensor::randn(0f32, 1.0, (b, s, h, d), &Device::Cpu)?.to_dtype(dtype)?;
+                let v = Tensor::randn(0f32, 1.0, (b, s, h, d), &Device::Cpu)?.to_dtype(dtype)?;
+                let scale = 1.0 / (d as f64).sqrt();
+                let (t_flash, peak_flash, out) =
+                    time(args.runs, || flash_attn_rocm::flash_attn(&q, &k, &v, scale as f32, causal).unwrap());
+                let (t_naive, peak_naive, naive_out) =
+                    time(args.runs, || naive::attention(&q, &k, &v, scale, causal).unwrap());
+                let rows: Vec<usize> = (0..16).map(|i| (i * 7919) % s).chain([0, s - 1]).collect();
+                let errs = naive::sampled_errors(&q, &k, &v, scale, causal, &[&out, &naive_out], &rows)?;
+                let flops = 4.0 * (b * h * s * s * d) as f64 * if causal { 0.5 } else { 1.0 };
+                let gflops = flops / t_flash / 1e9;
+                let name = format!("{dtype:?}").to_lowercase();
+                println!(
+                    "| {name} | {causal} | {s} | {:.1} | {:.1} | {:.2}x | {gflops:.1} | {:.1e} | {:.1e} | {:.1} | {:.1} |",
+                    t_flash * 1e3, t_naive * 1e3, t_naive / t_flash, errs[0], errs[1], mib(peak_flash), mib(peak_naive)
+                );
+                csv.push(format!(
+                    "{name},{causal},{s},{:.3},{:.3},{:.3},{gflops:.2},{:.3e},{:.3e},{:.2},{:.2}",
+                    t_flash * 1e3, t_naive * 1e3, t_naive / t_flash, errs[0], errs[1], mib(peak_flash), mib(peak_naive)
+                ));
+            }
+        }
+    }
+    if let Some(path) = args.csv {
+        std::fs::write(&path, csv.join("\n") + "\n")?;
+        println!("wrote {path}");
+    }
+    Ok(())
+}

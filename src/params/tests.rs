@@ -1,0 +1,94 @@
+//! Unit tests of the normalization: window resolution, strides, offsets.
+
+use super::*;
+use candle::{Device, Tensor};
+
+#[test]
+fn windows_resolve_like_candle_flash_attn() {
+    // (left, right, max_k, mm_prefix) -> (left, right, causal)
+    let cases = [
+        ((None, None, 100, false), (-1, -1, false)),
+        ((None, Some(0), 100, false), (100, 0, true)),
+        ((Some(10), None, 100, false), (10, 100, false)),
+        ((None, Some(3), 100, false), (100, 3, false)),
+        ((Some(101), Some(0), 100, false), (100, 0, true)),
+        ((Some(7), Some(500), 100, false), (7, 100, false)),
+        ((None, Some(0), 100, true), (100, 0, false)),
+    ];
+    for ((l, r, k, mm), (el, er, ec)) in cases {
+        let w = Window::resolve(l, r, k, mm);
+        assert_eq!((w.left, w.right, w.causal), (el, er, ec), "{l:?} {r:?} {k} {mm}");
+    }
+}
+
+#[test]
+fn key_ranges_are_bottom_right_aligned() {
+    let causal = Window::resolve(None, Some(0), 8, false);
+    // s_q = 3, s_k = 8: row 0 sits at key 5.
+    assert_eq!(causal.key_range(0, 3, 8), (0, 6));
+    assert_eq!(causal.key_range(2, 3, 8), (0, 8));
+    // s_q > s_k: the first rows see nothing.
+    assert_eq!(causal.key_range(0, 5, 2), (0, 0));
+    assert_eq!(causal.key_range(4, 5, 2), (0, 2));
+    let local = Window::resolve(Some(2), Some(1), 100, false);
+    assert_eq!(local.key_range(4, 10, 10), (2, 6));
+    assert!(Window::resolve(None, None, 4, false).is_unbounded());
+}
+
+fn zeros(dims: &[usize]) -> Tensor {
+    Tensor::zeros(dims, candle::DType::F32, &Device::Cpu).unwrap()
+}
+
+fn request(varlen: Option<VarLenRequest<'_>>) -> Request<'_> {
+    Request {
+        softmax_scale: 0.5,
+        alibi_slopes: None,
+        window_size_left: None,
+        window_size_right: Some(0),
+        softcap: None,
+        varlen,
+    }
+}
+
+#[test]
+fn batch_views_follow_strides_of_transposed_inputs() {
+    // q stored as (b, h, s, d) and viewed as (b, s, h, d).
+    let q = zeros(&[2, 4, 5, 16]).transpose(1, 2).unwrap();
+    let k = zeros(&[2, 7, 2, 16]).narrow(1, 1, 6).unwrap();
+    let call = AttnCall::new(&request(None), [candle::DType::F32; 3], q.layout(), k.layout(), k.layout()).unwrap();
+    assert_eq!(call.mode, Mode::Batch);
+    assert_eq!((call.batch, call.num_heads, call.num_heads_k, call.head_dim), (2, 4, 2, 16));
+    assert_eq!(call.q, TensorView { offset: 0, batch_stride: 320, row_stride: 16, head_stride: 80 });
+    assert_eq!(call.k, TensorView { offset: 32, batch_stride: 224, row_stride: 32, head_stride: 16 });
+    assert_eq!((call.max_seqlen_q, call.max_seqlen_k, call.total_q), (5, 6, 10));
+    assert_eq!(call.lse_dims(), vec![2, 4, 5]);
+    assert_eq!(call.lse_index(1, 2, 3), (4 + 2) * 5 + 3);
+    assert_eq!(call.out_offset(1, 2, 3), ((5 + 3) * 4 + 2) * 16);
+    assert_eq!(call.group_size(), 2);
+}
+
+#[test]
+fn varlen_sequences_and_offsets() {
+    let q = zeros(&[9, 2, 8]);
+    let k = zeros(&[12, 1, 8]);
+    let cu_q = Tensor::new(&[0u32, 4, 4, 9], &Device::Cpu).unwrap();
+    let cu_k = Tensor::new(&[0u32, 6, 7, 12], &Device::Cpu).unwrap();
+    let varlen = VarLenRequest {
+        seqlens_q: &cu_q,
+        seqlens_k: &cu_k,
+        max_seqlen_q: 5,
+        max_seqlen_k: 6,
+        block_table: None,
+        page_block_size: None,
+        mm_prefix_ranges: None,
+    };
+    let call = AttnCall::new(&request(Some(varlen)), [candle::DType::F32; 3], q.layout(), k.layout(), k.layout()).unwrap();
+    assert_eq!(call.mode, Mode::VarLen);
+    assert_eq!(call.batch, 3);
+    assert_eq!(call.seqs.get(2), Sequence { q_start: 4, q_len: 5, k_start: 7, k_len: 5, out_row: 4 });
+    assert_eq!(call.seqs.get(1).q_len, 0);
+    assert_eq!(call.q.batch_stride, 0);
+    assert_eq!(call.lse_dims(), vec![2, 9]);
+    assert_eq!(call.lse_index(2, 1, 3), 9 + 4 + 3);
+    assert_eq!(call.window, Window { left: 6, right: 0, causal: true });
+}

@@ -1,0 +1,198 @@
+//! Candle glue: runs the ops' `CustomOp3::rocm_fwd` on a candle ROCm device.
+//!
+//! Written against the ROCm backend of candle PR #3801 (`huggingface/candle`,
+//! `refs/pull/3801/head`, compile-checked at 8a17ca0a4c66b43d933b7e192db6860ee68f9c71), which
+//! crates.io candle does not have: the `candle-rocm` feature only compiles when the user
+//! patches `candle-core` to that branch and enables its `rocm` feature (see the README). What this file relies on from that branch: `RocmStorage { slice, device }`,
+//! `RocmStorageSlice::{F16, BF16, F32, as_ptr, as_mut_ptr}`, `RocmDevice::{alloc, alloc_zeros,
+//! stream, id}` and `candle::rocm_backend::rocm_rs`.
+//!
+//! Ordering: that backend queues every operation of a device on the device's single stream and
+//! recycles a freed buffer into the next allocation without synchronizing. Launching on that
+//! same stream (`RocmDevice::stream().as_raw()`) is what makes reading q/k/v and writing the
+//! freshly allocated output sound without any host synchronization.
+
+use super::marshal::{ck_fwd_params, DeviceBuffers};
+use crate::params::{AttnCall, Request};
+use candle::rocm_backend::rocm_rs::hip::bindings as hip;
+use candle::rocm_backend::RocmStorageSlice;
+use candle::{DType, Layout, Result, RocmDevice, RocmStorage, Storage, Tensor};
+use half::{bf16, f16};
+
+/// The op's forward pass: the output (q's dtype and shape, contiguous) and, when `want_lse`,
+/// the f32 log-sum-exp laid out as [`AttnCall::lse_dims`].
+pub(crate) fn forward(
+    req: &Request<'_>,
+    q: (&RocmStorage, &Layout),
+    k: (&RocmStorage, &Layout),
+    v: (&RocmStorage, &Layout),
+    want_lse: bool,
+) -> Result<(RocmStorage, Option<RocmStorage>)> {
+    let (out, lse, _) = run(req, q, k, v, want_lse)?;
+    Ok((out, lse))
+}
+
+/// [`forward`] with the LSE always computed, returned with its dims.
+pub(crate) fn forward_with_lse_dims(
+    req: &Request<'_>,
+    q: (&RocmStorage, &Layout),
+    k: (&RocmStorage, &Layout),
+    v: (&RocmStorage, &Layout),
+) -> Result<((RocmStorage, RocmStorage), Vec<usize>)> {
+    let (out, lse, call) = run(req, q, k, v, true)?;
+    let lse = lse.expect("run allocates the LSE when asked for it");
+    Ok(((out, lse), call.lse_dims()))
+}
+
+fn run(
+    req: &Request<'_>,
+    (q, q_l): (&RocmStorage, &Layout),
+    (k, k_l): (&RocmStorage, &Layout),
+    (v, v_l): (&RocmStorage, &Layout),
+    want_lse: bool,
+) -> Result<(RocmStorage, Option<RocmStorage>, AttnCall)> {
+    let dev = &q.device;
+    for (name, s) in [("k", k), ("v", v)] {
+        if s.device.id() != dev.id() {
+            candle::bail!("flash-attn-rocm: {name} is on another ROCm device than q")
+        }
+    }
+    let dtypes = [q.slice.dtype(), k.slice.dtype(), v.slice.dtype()];
+    let call = AttnCall::new(req, dtypes, q_l, k_l, v_l)?;
+    // Refuse what CK cannot serve (dtype, head dim, mm_prefix_ranges, page size...) before
+    // allocating anything: the marshalling's checks do not look at the addresses.
+    ck_fwd_params(&call, &DeviceBuffers::default())?;
+
+    // The kernel writes the rows of sequences that have keys. With nothing to do it is not
+    // launched (flash-attention's CK backend skips it for seqlen_k == 0); rows it does not
+    // write get what the CPU backend returns: output 0, LSE -inf.
+    let launch = call.seqs.iter().any(|s| s.q_len > 0 && s.k_len > 0);
+    let rows_written: usize = call.seqs.iter().map(|s| s.q_len).sum();
+    let prefill = !launch || rows_written < call.total_q;
+    let out_len = call.total_q * call.num_heads * call.head_dim;
+    let mut out = alloc_out(dev, call.dtype, out_len, prefill)?;
+    let lse_len = call.lse_dims().iter().product();
+    let lse = want_lse.then(|| dev.alloc::<f32>(lse_len)).transpose()?;
+    let stream = dev.stream().as_raw();
+    if let (true, Some(lse)) = (prefill, &lse) {
+        fill_f32(lse.as_ptr(), f32::NEG_INFINITY, lse_len, stream)?;
+    }
+    if launch {
+        let mut buffers = DeviceBuffers {
+            q: q.slice.as_ptr() as usize,
+            k: k.slice.as_ptr() as usize,
+            v: v.slice.as_ptr() as usize,
+            out: out.as_mut_ptr() as usize,
+            lse: lse.as_ref().map_or(0, |l| l.as_ptr() as usize),
+            stream: stream as usize,
+            ..DeviceBuffers::default()
+        };
+        attach_side_tensors(req, &call, dev, &mut buffers)?;
+        let params = ck_fwd_params(&call, &buffers)?;
+        // SAFETY: q/k/v and the side tensors are live allocations of this device that
+        // `AttnCall::new` checked against the sizes and strides in `params`; the output and LSE
+        // were just allocated with the sizes CK writes and alias nothing. All of them stay valid
+        // until the kernel has run: it is queued on the device's own stream, and the allocator
+        // hands a freed block only to work queued later on that same stream. The device is
+        // current on this thread (`RocmDevice::alloc` above binds it), as the stream requires.
+        unsafe { super::fmha_fwd(&params) }?;
+    }
+    let out = RocmStorage {
+        slice: out,
+        device: dev.clone(),
+    };
+    let lse = lse.map(|l| RocmStorage {
+        slice: RocmStorageSlice::F32(l),
+        device: dev.clone(),
+    });
+    Ok((out, lse, call))
+}
+
+/// A fresh output buffer of `dtype`; zeroed when the kernel will not write every row.
+fn alloc_out(dev: &RocmDevice, dtype: DType, len: usize, zeroed: bool) -> Result<RocmStorageSlice> {
+    macro_rules! alloc {
+        ($variant:ident, $t:ty) => {
+            RocmStorageSlice::$variant(if zeroed {
+                dev.alloc_zeros::<$t>(len)?
+            } else {
+                dev.alloc::<$t>(len)?
+            })
+        };
+    }
+    Ok(match dtype {
+        DType::F16 => alloc!(F16, f16),
+        DType::BF16 => alloc!(BF16, bf16),
+        other => candle::bail!("flash-attn-rocm: no CK output for dtype {other:?}"),
+    })
+}
+
+/// Fills `len` f32 values at `ptr` with `value`, queued on `stream`.
+fn fill_f32(
+    ptr: *mut std::ffi::c_void,
+    value: f32,
+    len: usize,
+    stream: hip::hipStream_t,
+) -> Result<()> {
+    // SAFETY: `ptr` is a device allocation of at least `len` f32 values, and `stream` is the
+    // owning device's stream, which orders the fill before anything that reads the buffer.
+    let status = unsafe {
+        hip::hipMemsetD32Async(
+            ptr as hip::hipDeviceptr_t,
+            value.to_bits() as i32,
+            len,
+            stream,
+        )
+    };
+    if status != hip::hipError_t_hipSuccess {
+        candle::bail!("flash-attn-rocm: hipMemsetD32Async failed with HIP error {status}")
+    }
+    Ok(())
+}
+
+/// Points `buffers` at the side tensors CK reads in place: the ALiBi slopes (f32), the
+/// cumulative seqlens (u32, read by CK as i32: they index q/k rows, so they fit) and the block
+/// table (u32 or i32, read as i32) with its row stride.
+fn attach_side_tensors(
+    req: &Request<'_>,
+    call: &AttnCall,
+    dev: &RocmDevice,
+    buffers: &mut DeviceBuffers,
+) -> Result<()> {
+    if let Some(alibi) = &call.alibi {
+        buffers.alibi_slopes = device_addr(&alibi.slopes, "alibi_slopes", dev)?.0;
+    }
+    let Some(varlen) = req.varlen else {
+        return Ok(());
+    };
+    buffers.seqstart_q = device_addr(varlen.seqlens_q, "seqlens_q", dev)?.0;
+    buffers.seqstart_k = device_addr(varlen.seqlens_k, "seqlens_k", dev)?.0;
+    if let Some(table) = varlen.block_table {
+        let (addr, layout) = device_addr(table, "block_table", dev)?;
+        if layout.stride()[1] != 1 {
+            candle::bail!("flash-attn-rocm: block_table's last dim must be contiguous")
+        }
+        buffers.block_table = addr;
+        buffers.block_table_row_stride = layout.stride()[0];
+    }
+    Ok(())
+}
+
+/// Address of the first element of `t` on `dev`, and its layout.
+///
+/// The storage's read guard is released on return. It would protect nothing the kernel needs:
+/// the kernel runs later anyway, ordered by the device stream, and `t` (borrowed from the
+/// request) keeps its allocation alive until the kernel has been queued.
+fn device_addr(t: &Tensor, name: &str, dev: &RocmDevice) -> Result<(usize, Layout)> {
+    let (storage, layout) = t.storage_and_layout();
+    match &*storage {
+        Storage::Rocm(s) if s.device.id() == dev.id() => {
+            let addr =
+                s.slice.as_ptr() as usize + layout.start_offset() * t.dtype().size_in_bytes();
+            Ok((addr, layout.clone()))
+        }
+        _ => candle::bail!(
+            "flash-attn-rocm: {name} must be on the same ROCm device as q, got {:?}",
+            t.device().location()
+        ),
+    }
+}

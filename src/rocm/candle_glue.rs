@@ -3,9 +3,10 @@
 //! Written against the ROCm backend of candle PR #3801 (`huggingface/candle`,
 //! `refs/pull/3801/head`, compile-checked at 8a17ca0a4c66b43d933b7e192db6860ee68f9c71), which
 //! crates.io candle does not have: the `candle-rocm` feature only compiles when the user
-//! patches `candle-core` to that branch and enables its `rocm` feature (see the README). What this file relies on from that branch: `RocmStorage { slice, device }`,
-//! `RocmStorageSlice::{F16, BF16, F32, as_ptr, as_mut_ptr}`, `RocmDevice::{alloc, alloc_zeros,
-//! stream, id}` and `candle::rocm_backend::rocm_rs`.
+//! patches `candle-core` to that branch and enables its `rocm` feature (see the README). What
+//! this file relies on from that branch: `RocmStorage { slice, device }`, `RocmStorageSlice::
+//! {F16, BF16, F32, as_ptr, as_mut_ptr}`, `RocmDevice::{alloc, alloc_zeros, stream, id}` and
+//! `candle::rocm_backend::rocm_rs`.
 //!
 //! Ordering: that backend queues every operation of a device on the device's single stream and
 //! recycles a freed buffer into the next allocation without synchronizing. Launching on that

@@ -1,0 +1,199 @@
+//! Host-side checks of what reaches CK: for the call each public function makes, the exact
+//! traits, sizes, strides, seqstarts, mask encoding and pointers in `CkFwdParams`. Runs in plain
+//! `cargo test` (no ROCm): shapes and strides are random per run, expectations are derived from
+//! the tensor layouts by the rules of flash-attention's CK wrapper (mha_fwd.cpp,
+//! mha_varlen_fwd.cpp), not read back from the implementation.
+
+mod common;
+
+use candle::{DType, Device, Tensor};
+use common::rng;
+use flash_attn_rocm::params::{AttnCall, Request, VarLenRequest};
+use flash_attn_rocm::rocm::{ck_fwd_params, CkBias, CkDtype, CkFwdParams, CkMask, DeviceBuffers};
+use rand::Rng;
+
+const BUFFERS: DeviceBuffers = DeviceBuffers {
+    q: 0x1000_0000,
+    k: 0x2000_0000,
+    v: 0x3000_0000,
+    out: 0x4000_0000,
+    lse: 0x5000_0000,
+    alibi_slopes: 0x6000_0000,
+    seqstart_q: 0x7000_0000,
+    seqstart_k: 0x7100_0000,
+    block_table: 0x7200_0000,
+    block_table_row_stride: 0,
+    stream: 0xabc0,
+};
+
+fn zeros(dims: &[usize], dtype: DType) -> Tensor {
+    Tensor::zeros(dims, dtype, &Device::Cpu).unwrap()
+}
+
+/// What the batch-layout public functions pass: window and extras.
+struct BatchCall {
+    left: Option<usize>,
+    right: Option<usize>,
+    alibi: bool,
+    softcap: Option<f32>,
+}
+
+/// Random (b, s_q, s_k, h, h_k, d) with q stored head-major (transposed view) and k/v narrowed
+/// out of a longer buffer, so every stride and offset differs from the contiguous case.
+fn batch_params(rng: &mut rand::rngs::StdRng, c: &BatchCall, dtype: DType) -> (CkFwdParams, [usize; 6], Tensor, Tensor) {
+    let (b, s_q, s_k) = (rng.gen_range(1..4), rng.gen_range(1..300), rng.gen_range(1..300));
+    let h_k = rng.gen_range(1..4);
+    let h = h_k * rng.gen_range(1..4);
+    let d = [64, 128][rng.gen_range(0..2)];
+    let q = zeros(&[b, h, s_q, d], dtype).transpose(1, 2).unwrap();
+    let kv = zeros(&[b, s_k + 3, h_k, d], dtype).narrow(1, 3, s_k).unwrap();
+    let slopes = zeros(&[h], DType::F32);
+    let req = Request {
+        softmax_scale: 0.125,
+        alibi_slopes: c.alibi.then_some(&slopes),
+        window_size_left: c.left,
+        window_size_right: c.right,
+        softcap: c.softcap,
+        varlen: None,
+    };
+    let call = AttnCall::new(&req, [dtype; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
+    (ck_fwd_params(&call, &BUFFERS).unwrap(), [b, s_q, s_k, h, h_k, d], q, kv)
+}
+
+fn check_batch_layout(p: &CkFwdParams, [b, s_q, s_k, h, h_k, d]: [usize; 6]) {
+    let i = |x: usize| x as i32;
+    assert!(!p.is_group_mode);
+    assert_eq!((p.batch, p.seqlen_q, p.seqlen_k, p.max_seqlen_q), (i(b), i(s_q), i(s_k), i(s_q)));
+    assert_eq!((p.hdim_q, p.hdim_v, p.nhead_q, p.nhead_k), (i(d), i(d), i(h), i(h_k)));
+    // q is (b, h, s, d) in memory: row stride d, head stride s_q * d, batch stride h * s_q * d.
+    assert_eq!((p.stride_q, p.nhead_stride_q, p.batch_stride_q), (i(d), i(s_q * d), i(h * s_q * d)));
+    // k/v rows are h_k * d apart inside a (s_k + 3)-row buffer, starting 3 rows in.
+    for (stride, nhead, batch) in [(p.stride_k, p.nhead_stride_k, p.batch_stride_k), (p.stride_v, p.nhead_stride_v, p.batch_stride_v)] {
+        assert_eq!((stride, nhead, batch), (i(h_k * d), i(d), i((s_k + 3) * h_k * d)));
+    }
+    assert_eq!((p.q_ptr, p.k_ptr, p.v_ptr), (BUFFERS.q, BUFFERS.k + 3 * h_k * d * 2, BUFFERS.v + 3 * h_k * d * 2));
+    // The output is contiguous (b, s_q, h, d); the LSE (b, h, s_q).
+    assert_eq!((p.stride_o, p.nhead_stride_o, p.batch_stride_o), (i(h * d), i(d), i(s_q * h * d)));
+    assert_eq!((p.o_ptr, p.lse_ptr, p.has_lse), (BUFFERS.out, BUFFERS.lse, true));
+    assert_eq!((p.nhead_stride_lse, p.batch_stride_lse), (i(s_q), i(h * s_q)));
+    assert_eq!((p.seqstart_q_ptr, p.seqstart_k_ptr, p.block_table_ptr), (0, 0, 0));
+    assert_eq!((p.scale_s, p.stream), (0.125, BUFFERS.stream));
+}
+
+/// The mask flash-attention's CK wrapper builds: none when unbounded, else bottom-right with
+/// (left, right) where an absent side is clamped to seqlen_k as candle-flash-attn does.
+fn expected_mask(left: Option<usize>, right: Option<usize>, s_k: usize) -> (CkMask, i32, i32) {
+    let fit = |w: Option<usize>| w.filter(|&w| w <= s_k).map(|w| w as i32);
+    match (fit(left), fit(right)) {
+        (None, None) => (CkMask::NoMask, -1, -1),
+        (l, r) => (CkMask::BottomRight, l.unwrap_or(s_k as i32), r.unwrap_or(s_k as i32)),
+    }
+}
+
+#[test]
+fn batch_functions_marshal_layout_mask_and_traits() {
+    let mut rng = rng("batch_functions_marshal_layout_mask_and_traits");
+    let w = |rng: &mut rand::rngs::StdRng| rng.gen_range(0..64usize);
+    for dtype in [DType::F16, DType::BF16] {
+        let windowed = (Some(w(&mut rng)), Some(w(&mut rng)));
+        // (public function, its call)
+        let cases = [
+            ("flash_attn", BatchCall { left: None, right: None, alibi: false, softcap: None }),
+            ("flash_attn causal", BatchCall { left: None, right: Some(0), alibi: false, softcap: None }),
+            ("flash_attn_windowed", BatchCall { left: windowed.0, right: windowed.1, alibi: false, softcap: None }),
+            ("flash_attn_windowed left only", BatchCall { left: windowed.0, right: None, alibi: false, softcap: None }),
+            ("flash_attn_alibi", BatchCall { left: None, right: Some(0), alibi: true, softcap: None }),
+            ("flash_attn_alibi_windowed", BatchCall { left: windowed.0, right: windowed.1, alibi: true, softcap: None }),
+            ("flash_attn_alibi_windowed_softcap", BatchCall { left: windowed.0, right: None, alibi: false, softcap: Some(30.0) }),
+        ];
+        for (name, c) in &cases {
+            let (p, dims, _, _) = batch_params(&mut rng, c, dtype);
+            check_batch_layout(&p, dims);
+            let (mask, left, right) = expected_mask(c.left, c.right, dims[2]);
+            assert_eq!((p.mask_type, p.window_size_left, p.window_size_right), (mask, left, right), "{name}");
+            assert_eq!(p.dtype, if dtype == DType::F16 { CkDtype::Fp16 } else { CkDtype::Bf16 }, "{name}");
+            assert_eq!(p.bias_type, if c.alibi { CkBias::Alibi } else { CkBias::NoBias }, "{name}");
+            assert_eq!(p.alibi_slopes_ptr, if c.alibi { BUFFERS.alibi_slopes } else { 0 }, "{name}");
+            assert_eq!(p.stride_alibi_slopes, 0, "{name}: slopes (h,) are shared by the batch");
+            assert_eq!((p.has_logits_soft_cap, p.logits_soft_cap), (c.softcap.is_some(), c.softcap.unwrap_or(0.0)), "{name}");
+        }
+    }
+}
+
+fn u32s(v: &[u32]) -> Tensor {
+    Tensor::new(v, &Device::Cpu).unwrap()
+}
+
+#[test]
+fn varlen_functions_marshal_group_mode() {
+    let mut rng = rng("varlen_functions_marshal_group_mode");
+    let lens: Vec<(u32, u32)> = (0..rng.gen_range(1..6)).map(|_| (rng.gen_range(0..50), rng.gen_range(0..70))).collect();
+    let cu = |f: fn(&(u32, u32)) -> u32| -> Vec<u32> {
+        std::iter::once(0).chain(lens.iter().scan(0, |a, l| { *a += f(l); Some(*a) })).collect()
+    };
+    let (cu_q, cu_k) = (cu(|l| l.0), cu(|l| l.1));
+    let (tq, tk) = (*cu_q.last().unwrap() as usize, *cu_k.last().unwrap() as usize);
+    let (h, h_k, d) = (8, 2, 128);
+    // q rows padded to 2 * h * d: a strided (total, h, d) view.
+    let q = zeros(&[tq, 2 * h, d], DType::BF16).narrow(1, 0, h).unwrap();
+    let k = zeros(&[tk, h_k, d], DType::BF16);
+    let (sq, sk) = (u32s(&cu_q), u32s(&cu_k));
+    let max_q = lens.iter().map(|l| l.0).max().unwrap() as usize;
+    let max_k = lens.iter().map(|l| l.1).max().unwrap() as usize + 1;
+    let slopes = zeros(&[h], DType::F32);
+    for (name, alibi, left, right, softcap) in [
+        ("flash_attn_varlen causal", false, None, Some(0), None),
+        ("flash_attn_varlen_windowed", false, Some(5), Some(1), None),
+        ("flash_attn_varlen_alibi", true, None, None, None),
+        ("flash_attn_varlen_alibi_windowed", true, Some(7), Some(0), None),
+        ("flash_attn_varlen_alibi_windowed_softcap", false, None, Some(0), Some(50.0f32)),
+    ] {
+        let varlen = VarLenRequest {
+            seqlens_q: &sq,
+            seqlens_k: &sk,
+            max_seqlen_q: max_q,
+            max_seqlen_k: max_k,
+            block_table: None,
+            page_block_size: None,
+            mm_prefix_ranges: None,
+        };
+        let req = Request {
+            softmax_scale: 0.3,
+            alibi_slopes: alibi.then_some(&slopes),
+            window_size_left: left,
+            window_size_right: right,
+            softcap,
+            varlen: Some(varlen),
+        };
+        let call = AttnCall::new(&req, [DType::BF16; 3], q.layout(), k.layout(), k.layout()).unwrap();
+        let p = ck_fwd_params(&call, &BUFFERS).unwrap();
+        let i = |x: usize| x as i32;
+        assert!(p.is_group_mode, "{name}");
+        assert_eq!((p.batch, p.seqlen_q, p.seqlen_k, p.max_seqlen_q), (i(lens.len()), i(tq), i(tk), i(max_q)), "{name}");
+        assert_eq!((p.seqstart_q_ptr, p.seqstart_k_ptr), (BUFFERS.seqstart_q, BUFFERS.seqstart_k), "{name}");
+        assert_eq!((p.stride_q, p.nhead_stride_q, p.batch_stride_q), (i(2 * h * d), i(d), 0), "{name}");
+        assert_eq!((p.stride_k, p.nhead_stride_k, p.batch_stride_k), (i(h_k * d), i(d), 0), "{name}");
+        assert_eq!((p.stride_o, p.nhead_stride_o, p.batch_stride_o), (i(h * d), i(d), 0), "{name}");
+        assert_eq!((p.nhead_stride_lse, p.batch_stride_lse), (i(tq), 0), "{name}: lse is (h, total_q)");
+        let (mask, l, r) = expected_mask(left, right, max_k);
+        assert_eq!((p.mask_type, p.window_size_left, p.window_size_right), (mask, l, r), "{name}");
+        assert_eq!(p.bias_type == CkBias::Alibi, alibi, "{name}");
+        assert_eq!(p.has_logits_soft_cap, softcap.is_some(), "{name}");
+    }
+}
+
+#[test]
+fn what_ck_cannot_serve_is_a_clear_error() {
+    let mut rng = rng("what_ck_cannot_serve_is_a_clear_error");
+    let s = rng.gen_range(1..50);
+    let err = |dtype: DType, d: usize, alibi: bool, softcap: Option<f32>| {
+        let q = zeros(&[1, s, 2, d], dtype);
+        let slopes = zeros(&[2], DType::F32);
+        let req = Request { softmax_scale: 1.0, alibi_slopes: alibi.then_some(&slopes), window_size_left: None, window_size_right: None, softcap, varlen: None };
+        let call = AttnCall::new(&req, [dtype; 3], q.layout(), q.layout(), q.layout()).unwrap();
+        ck_fwd_params(&call, &BUFFERS).unwrap_err().to_string()
+    };
+    assert!(err(DType::F32, 64, false, None).contains("f16 or bf16"));
+    assert!(err(DType::F16, 512, false, None).contains("head dims up to 256"));
+    assert!(err(DType::BF16, 64, true, Some(5.0)).contains("softcap with ALiBi"));
+}

@@ -5,6 +5,8 @@
 //! [`crate::params::AttnCall`]. With the `rocm` feature, `fmha_fwd` launches it: the low-level
 //! API over raw device pointers and a `hipStream_t`.
 
+#[cfg(feature = "candle-rocm")]
+pub(crate) mod candle_glue;
 pub mod ffi;
 #[cfg(feature = "rocm")]
 mod launch;

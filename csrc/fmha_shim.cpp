@@ -226,6 +226,10 @@ void ck_fmha_fwd(const CkFwdParams& params)
 {
     // An error left pending by earlier work on this thread would otherwise surface as ours.
     check_hip(hipGetLastError(), "work before flash-attn-rocm (pending error)");
+    // Nothing to compute: CK would launch an empty grid, which HIP rejects. (Empty key
+    // sequences are fine: CK writes zeros for them, as flash-attention expects.)
+    if(params.batch == 0 || params.max_seqlen_q == 0 || params.nhead_q == 0)
+        return;
     const ck_tile::stream_config stream{reinterpret_cast<hipStream_t>(params.stream)};
     if(is_paged(params))
         run_splitkv(params, stream);

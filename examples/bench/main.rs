@@ -1,13 +1,18 @@
 //! CPU benchmark: our flash-attention kernel vs Candle's naive attention.
 //!
-//! `cargo run --release --example bench [-- --seq 512,2048,4096 --heads 16 --dim 128 --runs 3 --csv out.csv]`
+//! `cargo run --release --example bench [-- --seq 512,2048,4096 --heads 16 --dim 128 --runs 3
+//! --dtype f32,bf16 --csv out.csv --plot docs/bench-cpu.svg]`
 //!
 //! For each shape, dtype and mask: median wall time of both, the speedup, our GFLOP/s (causal
 //! counts only the visible half), the max error of both against an f64 reference on sampled
 //! query rows, and the peak heap growth during one call.
 
 mod alloc;
+#[path = "../bench_plot/mod.rs"]
+mod bench_plot;
 mod naive;
+#[cfg(feature = "candle-rocm")]
+mod rocm;
 
 use candle::{DType, Device, Tensor};
 use std::time::Instant;
@@ -22,10 +27,11 @@ struct Args {
     runs: usize,
     dtypes: Vec<DType>,
     csv: Option<String>,
+    plot: Option<String>,
 }
 
 fn parse_args() -> Args {
-    let mut a = Args { seqs: vec![512, 2048, 4096], heads: 16, dim: 128, runs: 3, dtypes: vec![DType::F32, DType::BF16], csv: None };
+    let mut a = Args { seqs: vec![512, 2048, 4096], heads: 16, dim: 128, runs: 3, dtypes: vec![DType::F32, DType::BF16], csv: None, plot: None };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     for pair in argv.chunks(2) {
         let val = pair.get(1).cloned().unwrap_or_default();
@@ -35,6 +41,7 @@ fn parse_args() -> Args {
             "--dim" => a.dim = val.parse().expect("--dim"),
             "--runs" => a.runs = val.parse().expect("--runs"),
             "--csv" => a.csv = Some(val),
+            "--plot" => a.plot = Some(val),
             "--dtype" => {
                 a.dtypes = val
                     .split(',')
@@ -79,6 +86,7 @@ fn main() -> candle::Result<()> {
         "| dtype | causal | seq | flash ms | naive ms | speedup | flash GFLOP/s | flash max err | naive max err | flash peak MiB | naive peak MiB |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
     let mut csv = vec![header.to_string()];
+    let mut points = Vec::new();
     for &dtype in &args.dtypes {
         for &causal in &[false, true] {
             for &s in &args.seqs {
@@ -99,6 +107,13 @@ fn main() -> candle::Result<()> {
                     "| {name} | {causal} | {s} | {:.1} | {:.1} | {:.2}x | {gflops:.1} | {:.1e} | {:.1e} | {:.1} | {:.1} |",
                     t_flash * 1e3, t_naive * 1e3, t_naive / t_flash, errs[0], errs[1], mib(peak_flash), mib(peak_naive)
                 );
+                #[cfg(feature = "candle-rocm")]
+                rocm::row(&q, &k, &v, scale, causal, t_flash, &rows)?;
+                let suffix = if causal { " causal" } else { "" };
+                for (kind, t, peak) in [("flash", t_flash, peak_flash), ("naive", t_naive, peak_naive)] {
+                    let label = format!("{kind} {name}{suffix}");
+                    points.push(bench_plot::BenchPoint { label, seq_len: s, millis: t * 1e3, peak_bytes: peak });
+                }
                 csv.push(format!(
                     "{name},{causal},{s},{:.3},{:.3},{:.3},{gflops:.2},{:.3e},{:.3e},{:.2},{:.2}",
                     t_flash * 1e3, t_naive * 1e3, t_naive / t_flash, errs[0], errs[1], mib(peak_flash), mib(peak_naive)
@@ -108,6 +123,11 @@ fn main() -> candle::Result<()> {
     }
     if let Some(path) = args.csv {
         std::fs::write(&path, csv.join("\n") + "\n")?;
+        println!("wrote {path}");
+    }
+    if let Some(path) = args.plot {
+        let title = format!("CPU attention, b=1 h={h} d={d}, {} threads", rayon::current_num_threads());
+        bench_plot::plot_svg(&path, &title, &points).map_err(|e| candle::Error::Msg(e.to_string()))?;
         println!("wrote {path}");
     }
     Ok(())

@@ -1,7 +1,12 @@
 //! Shared test support: seeded random inputs, an f64 SDPA reference with flash-attn's mask
-//! semantics (written from the spec, independent of the crate's code), and the tolerance rule.
+//! semantics (written from the spec, independent of the crate's code), and the tolerance rule;
+//! batch and ragged (varlen, paged) inputs, and the public function that fits a case (`calls`).
 #![allow(dead_code)]
 
+pub mod batch;
+pub mod calls;
+pub mod expected;
+pub mod ragged;
 pub mod reference;
 
 use candle::{DType, Device, Tensor};

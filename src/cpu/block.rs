@@ -4,7 +4,7 @@
 use super::element::{widen, Element};
 use super::exp::{exp_shifted_sum, max};
 use super::mask::{Logits, RowRanges};
-use crate::params::{AttnCall, Sequence};
+use crate::params::AttnCall;
 use gemm::Parallelism;
 
 /// Query rows per block.
@@ -44,23 +44,33 @@ struct KvTile<'a> {
     _src: std::marker::PhantomData<&'a [f32]>,
 }
 
+/// Where a key tile sits: sequence `b`, k/v head `hk`, keys `[j0, j1)` (never across a page).
+#[derive(Clone, Copy)]
+struct TileAt {
+    b: usize,
+    hk: usize,
+    k_start: usize,
+    j0: usize,
+    j1: usize,
+}
+
 impl<T: Element> Inputs<'_, T> {
-    /// Rows `[j0, j1)` of k or v for sequence `seq`, head `hk`. The range never crosses a page.
-    fn kv_tile<'s>(&'s self, src: &'s [T], scratch: &'s mut Vec<f32>, which: Kv, seq: &Sequence, b: usize, hk: usize, j0: usize, j1: usize) -> KvTile<'s> {
+    /// Rows `[j0, j1)` of k or v: in place for f32 inputs, else widened into `scratch`.
+    fn kv_tile<'s>(&'s self, which: Kv, scratch: &'s mut Vec<f32>, at: TileAt) -> KvTile<'s> {
         let call = self.call;
-        let view = match which {
-            Kv::K => call.k,
-            Kv::V => call.v,
+        let (src, view) = match which {
+            Kv::K => (self.k, call.k),
+            Kv::V => (self.v, call.v),
         };
         let d = call.head_dim;
         let start = match &call.seqs.paging {
             Some(paging) => {
-                let (block, slot) = paging.locate(b, j0);
-                view.at(block, slot, hk)
+                let (block, slot) = paging.locate(at.b, at.j0);
+                view.at(block, slot, at.hk)
             }
-            None => view.at(b, seq.k_start + j0, hk),
+            None => view.at(at.b, at.k_start + at.j0, at.hk),
         };
-        let n = j1 - j0;
+        let n = at.j1 - at.j0;
         let span = (n - 1) * view.row_stride + d;
         let rows = &src[start..start + span];
         if T::IS_F32 {
@@ -148,7 +158,8 @@ pub fn run_block<T: Element>(inp: &Inputs<'_, T>, id: BlockId) -> BlockOut {
     while j0 < hi {
         let j1 = tile_end(call, j0, hi);
         let n = j1 - j0;
-        let kt = inp.kv_tile(inp.k, &mut k_scratch, Kv::K, &seq, id.b, hk, j0, j1);
+        let at = TileAt { b: id.b, hk, k_start: seq.k_start, j0, j1 };
+        let kt = inp.kv_tile(Kv::K, &mut k_scratch, at);
         // scores = q · kᵀ: rhs element (dim, key) sits at key * row_stride + dim.
         matmul(rows, n, d, &mut scores, BLOCK_N, false, (q.as_ptr(), d, 1), (kt.ptr, 1, kt.row_stride));
         logits.apply(&mut scores, BLOCK_N, rows, j0, n);
@@ -168,7 +179,7 @@ pub fn run_block<T: Element>(inp: &Inputs<'_, T>, id: BlockId) -> BlockOut {
             }
             row_max[r] = new_max;
         }
-        let vt = inp.kv_tile(inp.v, &mut v_scratch, Kv::V, &seq, id.b, hk, j0, j1);
+        let vt = inp.kv_tile(Kv::V, &mut v_scratch, at);
         matmul(rows, d, n, &mut acc, d, true, (scores.as_ptr(), BLOCK_N, 1), (vt.ptr, vt.row_stride, 1));
         j0 = j1;
     }

@@ -41,11 +41,11 @@ fn varlen_op(
     lens: VarLen<'_>,
     softmax_scale: f32,
     alibi_slopes: Option<&Tensor>,
-    (window_size_left, window_size_right): (Option<usize>, Option<usize>),
+    window: (Option<usize>, Option<usize>),
     softcap: Option<f32>,
 ) -> FlashAttnVarLen {
     FlashAttnVarLen {
-        softmax_scale,
+        base: batch_op(softmax_scale, alibi_slopes, window, softcap),
         max_seqlen_q: lens.max_seqlen_q,
         max_seqlen_k: lens.max_seqlen_k,
         seqlens_q: lens.seqlens_q.clone(),
@@ -53,10 +53,6 @@ fn varlen_op(
         block_table: None,
         mm_prefix_ranges: None,
         page_block_size: None,
-        alibi_slopes: alibi_slopes.cloned(),
-        window_size_left,
-        window_size_right,
-        softcap,
     }
 }
 

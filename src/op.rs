@@ -36,9 +36,10 @@ impl FlashAttn {
     }
 }
 
-/// The varlen op behind `flash_attn_varlen*`; private in candle-flash-attn too.
+/// The varlen op behind `flash_attn_varlen*`; private in candle-flash-attn too. `base` holds
+/// the options shared with the batch op.
 pub(crate) struct FlashAttnVarLen {
-    pub softmax_scale: f32,
+    pub base: FlashAttn,
     pub max_seqlen_q: usize,
     pub max_seqlen_k: usize,
     pub seqlens_q: Tensor,
@@ -46,20 +47,11 @@ pub(crate) struct FlashAttnVarLen {
     pub block_table: Option<Tensor>,
     pub mm_prefix_ranges: Option<Tensor>,
     pub page_block_size: Option<usize>,
-    pub alibi_slopes: Option<Tensor>,
-    pub window_size_left: Option<usize>,
-    pub window_size_right: Option<usize>,
-    pub softcap: Option<f32>,
 }
 
 impl FlashAttnVarLen {
     pub(crate) fn request(&self) -> Request<'_> {
         Request {
-            softmax_scale: self.softmax_scale,
-            alibi_slopes: self.alibi_slopes.as_ref(),
-            window_size_left: self.window_size_left,
-            window_size_right: self.window_size_right,
-            softcap: self.softcap,
             varlen: Some(VarLenRequest {
                 seqlens_q: &self.seqlens_q,
                 seqlens_k: &self.seqlens_k,
@@ -69,6 +61,7 @@ impl FlashAttnVarLen {
                 page_block_size: self.page_block_size,
                 mm_prefix_ranges: self.mm_prefix_ranges.as_ref(),
             }),
+            ..self.base.request()
         }
     }
 }

@@ -13,6 +13,7 @@ use candle::{DType, Device, Tensor};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+#[allow(unused_imports)] // not every test binary uses the reference
 pub use reference::{reference, Precision, RefOpts, SeqData};
 
 /// A fresh seed per run (printed so a failure can be replayed with FLASH_ATTN_TEST_SEED).

@@ -196,4 +196,36 @@ fn what_ck_cannot_serve_is_a_clear_error() {
     assert!(err(DType::F32, 64, false, None).contains("f16 or bf16"));
     assert!(err(DType::F16, 512, false, None).contains("head dims up to 256"));
     assert!(err(DType::BF16, 64, true, Some(5.0)).contains("softcap with ALiBi"));
+
+    // ALiBi distances past 16 bits in fmha_fwd (batch mode), whatever the other lengths.
+    let long = rng.gen_range(65537..70000);
+    let q = zeros(&[1, rng.gen_range(1..8), 1, 64], DType::F16);
+    let kv = zeros(&[1, long, 1, 64], DType::F16);
+    let slopes = zeros(&[1], DType::F32);
+    let req = Request { softmax_scale: 1.0, alibi_slopes: Some(&slopes), window_size_left: None, window_size_right: None, softcap: None, varlen: None };
+    let call = AttnCall::new(&req, [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
+    let msg = ck_fwd_params(&call, &BUFFERS).unwrap_err().to_string();
+    assert!(msg.contains("16-bit") && msg.contains(&long.to_string()), "{msg}");
+    // Without ALiBi the same lengths are fine.
+    let req = Request { alibi_slopes: None, ..req };
+    let call = AttnCall::new(&req, [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
+    assert_eq!(ck_fwd_params(&call, &BUFFERS).unwrap().seqlen_k, long as i32);
+}
+
+#[test]
+fn strided_alibi_slopes_reach_ck_contiguous() {
+    let mut rng = rng("strided_alibi_slopes_reach_ck_contiguous");
+    let h = rng.gen_range(2..9);
+    // Column 1 of an (h, 2) tensor: stride 2, so CK (which reads h consecutive floats) would
+    // see the wrong slopes if the view were passed through.
+    let table = Tensor::new((0..2 * h).map(|i| i as f32).collect::<Vec<_>>(), &Device::Cpu).unwrap().reshape((h, 2)).unwrap();
+    let slopes = table.narrow(1, 1, 1).unwrap().squeeze(1).unwrap();
+    assert!(!slopes.is_contiguous());
+    let q = zeros(&[1, 4, h, 64], DType::BF16);
+    let req = Request { softmax_scale: 1.0, alibi_slopes: Some(&slopes), window_size_left: None, window_size_right: None, softcap: None, varlen: None };
+    let call = AttnCall::new(&req, [DType::BF16; 3], q.layout(), q.layout(), q.layout()).unwrap();
+    let spec = call.alibi.as_ref().unwrap();
+    assert!(spec.slopes.is_contiguous());
+    let expected: Vec<f32> = (0..h).map(|i| (2 * i + 1) as f32).collect();
+    assert_eq!(spec.slopes.to_vec1::<f32>().unwrap(), expected);
 }

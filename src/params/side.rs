@@ -2,8 +2,9 @@
 
 use candle::{DType, Result, Tensor};
 
-/// Validated ALiBi slopes: one f32 per query head. The bias added to the logit of query row
-/// `i` and key `j` is `-slope[h] * |i + s_k - s_q - j|`.
+/// Validated ALiBi slopes: one f32 per query head, contiguous (CK reads `h` consecutive floats;
+/// a strided view is copied once here). The bias added to the logit of query row `i` and key
+/// `j` is `-slope[h] * |i + s_k - s_q - j|`.
 #[derive(Debug, Clone)]
 pub struct AlibiSpec {
     pub slopes: Tensor,
@@ -20,7 +21,7 @@ impl AlibiSpec {
                 t.dims()
             )
         }
-        Ok(Self { slopes: t.clone() })
+        Ok(Self { slopes: t.contiguous()? })
     }
 }
 

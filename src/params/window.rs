@@ -24,7 +24,7 @@ impl Window {
         has_mm_prefix: bool,
     ) -> Self {
         let bound = |w: Option<usize>| match w {
-            Some(w) if w <= max_seqlen_k => w as i32,
+            Some(w) if w <= max_seqlen_k => w.min(i32::MAX as usize) as i32,
             _ => -1,
         };
         let max_k = max_seqlen_k.min(i32::MAX as usize) as i32;

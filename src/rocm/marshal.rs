@@ -7,6 +7,9 @@ use candle::{DType, Result};
 
 /// CK's receipt-2 forward tiles stop at head dim 256.
 pub const CK_MAX_HEAD_DIM: usize = 256;
+/// `fmha_fwd`'s ALiBi uses `__builtin_amdgcn_sad_u16`: query/key positions must fit 16 bits
+/// (the split-KV kernels use 32-bit operands).
+pub const CK_ALIBI_MAX_DISTANCE: usize = 65536;
 /// flash-attention's CK path requires paged K/V blocks of a multiple of 128 rows
 /// (mha_varlen_fwd.cpp), the K/V tile length of the split-KV kernels.
 pub const CK_PAGE_BLOCK_MULTIPLE: usize = 128;
@@ -110,6 +113,19 @@ fn total_k(call: &AttnCall) -> usize {
 
 /// Refuses what the built CK kernels cannot serve, naming the limit.
 fn check_supported(call: &AttnCall) -> Result<()> {
+    // Not an argument of CK, but the windows derive from it and CK's mask math is i32.
+    int("max_seqlen_k", call.max_seqlen_k)?;
+    if call.mode == Mode::Paged {
+        // The split-KV accumulators' head stride (the shim computes it in int).
+        int("total_q * head_dim (split-KV accumulator stride)", call.total_q * call.head_dim)?;
+    }
+    let longest = call.max_seqlen_q.max(call.max_seqlen_k);
+    if call.alibi.is_some() && call.mode != Mode::Paged && longest > CK_ALIBI_MAX_DISTANCE {
+        candle::bail!(
+            "flash-attn-rocm: CK's fmha_fwd ALiBi computes distances with 16-bit operands; \
+             sequences longer than {CK_ALIBI_MAX_DISTANCE} (got {longest}) would get wrong biases"
+        )
+    }
     if !matches!(call.dtype, DType::F16 | DType::BF16) {
         candle::bail!("flash-attn-rocm: CK kernels take f16 or bf16, got {:?}", call.dtype)
     }

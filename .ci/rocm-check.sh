@@ -9,9 +9,9 @@
 # (empty) to build every variant of that head dim and dtype (35 instances). Needs root.
 set -euo pipefail
 
-CI_FILTER='fmha_fwd_d128_fp16_batch_*_psskddv_nlogits_nbias_mask_nlse_*'
-CI_FILTER+=',fmha_fwd_d128_fp16_group_*_nlogits_alibi_nmask_nlse_*'
-CI_FILTER+=',fmha_fwd_d128_fp16_batch_*_psddv_logits_nbias_nmask_nlse_*'
+CI_FILTER='fmha_fwd_d128_fp16_batch_*_psskddv_nlogits_nbias_mask_lse_*'
+CI_FILTER+=',fmha_fwd_d128_fp16_group_*_nlogits_alibi_nmask_lse_*'
+CI_FILTER+=',fmha_fwd_d128_fp16_batch_*_psddv_logits_nbias_nmask_lse_*'
 CI_FILTER+=',fmha_fwd_splitkv_d128_fp16_group_*_pssk_nlogits_nbias_mask_*_pagedkv'
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

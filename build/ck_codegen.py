@@ -12,7 +12,8 @@ the dispatcher pool from exactly those (in CK's order: dispatch order matters) a
 with the codegen's own writers.
 
 Selection: dtypes and hdims as given (hdim_v == hdim only: the (192,128) tile is skipped), no
-dropout, no-LSE kernels (plus LSE ones with --lse), and for --paged the group-mode paged-KV
+dropout, the LSE-writing kernels with --lse (else the no-LSE ones: one variant, never both;
+the Rust side then always or never passes an LSE buffer), and for --paged the group-mode paged-KV
 split-KV kernels with their combine kernels (both LSE variants: the dispatcher names both). --filter keeps only kernels whose name matches one
 of its comma-separated fnmatch patterns (for small CI builds).
 
@@ -48,7 +49,7 @@ class Selection:
     def __init__(self, args):
         self.dtypes = args.dtypes.split(",")
         self.hdims = [int(h) for h in args.hdims.split(",")]
-        self.lse_values = ["t", "f"] if args.lse else ["f"]
+        self.lse_values = ["t"] if args.lse else ["f"]
         self.patterns = [p for p in args.filter.split(",") if p]
 
     def common(self, kernel):

@@ -23,6 +23,8 @@ pub type BuildResult<T> = Result<T, String>;
 fn main() {
     println!("cargo:rerun-if-changed=build");
     println!("cargo:rerun-if-env-changed=DOCS_RS");
+    // Set by build/native.rs when the forward kernels write the LSE (FLASH_ATTN_ROCM_LSE).
+    println!("cargo:rustc-check-cfg=cfg(flash_attn_rocm_lse_kernels)");
     if env::var_os("CARGO_FEATURE_ROCM").is_none() {
         return;
     }

@@ -88,6 +88,9 @@ fn stage_sources(src: &Path, bridge: &BridgeHeaders, selection: &Selection) -> B
         u8::from(selection.paged)
     );
     println!("cargo:rustc-env=FLASH_ATTN_ROCM_BUILD_INFO={info}");
+    if selection.lse {
+        println!("cargo:rustc-cfg=flash_attn_rocm_lse_kernels");
+    }
     write_if_changed(&src.join("build_info.h"), header.as_bytes())
 }
 

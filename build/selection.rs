@@ -25,7 +25,9 @@ pub struct Selection {
     pub archs: Vec<String>,
     pub hdims: Vec<u32>,
     pub dtypes: Vec<String>,
-    /// Also build the kernels that write the log-sum-exp (the Candle API never asks for it).
+    /// Build the forward kernels that write the log-sum-exp instead of those that do not: every
+    /// non-paged call then passes an LSE buffer (scratch when the caller wants none), so the
+    /// `*_with_lse` functions work without doubling the instance count.
     pub lse: bool,
     /// Build the split-KV kernels behind the paged K/V (block table) path.
     pub paged: bool,
@@ -54,7 +56,7 @@ impl Selection {
             archs,
             hdims,
             dtypes,
-            lse: flag_var(ENV_LSE, false)?,
+            lse: flag_var(ENV_LSE, true)?,
             paged: flag_var(ENV_PAGED, true)?,
             filter: env::var(ENV_FILTER).unwrap_or_default(),
         })

@@ -59,7 +59,8 @@ bool is_paged(const CkFwdParams& p) { return p.block_table_ptr != 0; }
         << (p.has_logits_soft_cap ? "on" : "off") << ", lse " << (p.has_lse ? "on" : "off")
         << ". This library was built for " FLASH_ATTN_ROCM_BUILD_INFO
            ". Rebuild with the kernels this call needs: FLASH_ATTN_ROCM_HDIMS (head-dim tiles), "
-           "FLASH_ATTN_ROCM_DTYPES (fp16,bf16), FLASH_ATTN_ROCM_LSE=1 (LSE output), "
+           "FLASH_ATTN_ROCM_DTYPES (fp16,bf16), FLASH_ATTN_ROCM_LSE (1, the default: kernels that "
+           "write the LSE; 0: kernels that do not; a call's lse on/off must match), "
            "FLASH_ATTN_ROCM_PAGED=1 (paged K/V), and clear FLASH_ATTN_ROCM_FILTER. "
            "(Softcap together with ALiBi has no CK kernel.)";
     throw std::runtime_error(msg.str());

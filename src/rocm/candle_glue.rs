@@ -73,7 +73,10 @@ fn run(
     let out_len = call.total_q * call.num_heads * call.head_dim;
     let mut out = alloc_out(dev, call.dtype, out_len, prefill)?;
     let lse_len = call.lse_dims().iter().product();
-    let lse = want_lse.then(|| dev.alloc::<f32>(lse_len)).transpose()?;
+    // An LSE-kernel build (the default) needs an LSE buffer on every call: scratch when the
+    // caller wants none, dropped after the call (the stream orders its reuse).
+    let lse_buffer = want_lse || super::LSE_KERNELS;
+    let lse = lse_buffer.then(|| dev.alloc::<f32>(lse_len)).transpose()?;
     let stream = dev.stream().as_raw();
     if let (true, Some(lse)) = (prefill, &lse) {
         fill_f32(lse.as_ptr(), f32::NEG_INFINITY, lse_len, stream)?;
@@ -102,7 +105,7 @@ fn run(
         slice: out,
         device: dev.clone(),
     };
-    let lse = lse.map(|l| RocmStorage {
+    let lse = lse.filter(|_| want_lse).map(|l| RocmStorage {
         slice: RocmStorageSlice::F32(l),
         device: dev.clone(),
     });

@@ -15,4 +15,4 @@ pub mod marshal;
 pub use ffi::{CkBias, CkDtype, CkFwdParams, CkMask};
 pub use marshal::{ck_fwd_params, DeviceBuffers};
 #[cfg(feature = "rocm")]
-pub use launch::{device_count, fmha_fwd, BUILD_INFO};
+pub use launch::{device_count, fmha_fwd, BUILD_INFO, LSE_KERNELS};

@@ -42,9 +42,9 @@ fn gpu(test: &str) -> Option<Device> {
 }
 
 /// Whether the library has LSE-writing kernels for this layout. The split-KV kernels behind
-/// paged K/V always write it; batch and varlen kernels only with `FLASH_ATTN_ROCM_LSE=1`.
+/// paged K/V always write it; batch and varlen kernels unless built with `FLASH_ATTN_ROCM_LSE=0`.
 fn lse_kernels_built(paged: bool) -> bool {
-    paged || fa::rocm::BUILD_INFO.contains("lse true")
+    paged || fa::rocm::LSE_KERNELS
 }
 
 fn to_cpu(t: &Tensor) -> Tensor {

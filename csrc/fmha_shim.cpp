@@ -9,6 +9,7 @@
 
 #include <hip/hip_runtime.h>
 
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -187,13 +188,17 @@ void run_splitkv(const CkFwdParams& p, const ck_tile::stream_config& stream)
                                    false}; // do_fp8_static_quant
     const size_t total_q   = static_cast<size_t>(p.seqlen_q);
     const size_t lse_elems = static_cast<size_t>(p.nhead_q) * kNumSplits * total_q;
-    StreamBuffer lse_acc(lse_elems * sizeof(float), stream.stream_id_);
-    StreamBuffer o_acc(lse_elems * p.hdim_v * sizeof(float), stream.stream_id_);
+    // The caller's scratch when given (Candle's allocator), else stream-ordered allocations.
+    std::optional<StreamBuffer> own_lse_acc, own_o_acc;
+    if(p.lse_acc_ptr == 0)
+        own_lse_acc.emplace(lse_elems * sizeof(float), stream.stream_id_);
+    if(p.o_acc_ptr == 0)
+        own_o_acc.emplace(lse_elems * p.hdim_v * sizeof(float), stream.stream_id_);
 
     fmha_fwd_splitkv_args args{};
     fill_common(args, p);
-    args.lse_acc_ptr              = lse_acc.get();
-    args.o_acc_ptr                = o_acc.get();
+    args.lse_acc_ptr = own_lse_acc ? own_lse_acc->get() : reinterpret_cast<void*>(p.lse_acc_ptr);
+    args.o_acc_ptr   = own_o_acc ? own_o_acc->get() : reinterpret_cast<void*>(p.o_acc_ptr);
     args.block_table_ptr          = reinterpret_cast<void*>(p.block_table_ptr);
     args.batch_stride_block_table = p.batch_stride_block_table;
     args.page_block_size          = p.page_block_size;

@@ -9,7 +9,7 @@ mod common;
 use candle::{DType, Device, Tensor};
 use common::rng;
 use flash_attn_rocm::params::{AttnCall, Request, VarLenRequest};
-use flash_attn_rocm::rocm::{ck_fwd_params, CkBias, CkDtype, CkFwdParams, CkMask, DeviceBuffers};
+use flash_attn_rocm::rocm::{ck_fwd_params, split_kv_scratch_lens, CkBias, CkDtype, CkFwdParams, CkMask, DeviceBuffers};
 use rand::Rng;
 
 const BUFFERS: DeviceBuffers = DeviceBuffers {
@@ -23,6 +23,8 @@ const BUFFERS: DeviceBuffers = DeviceBuffers {
     seqstart_k: 0x7100_0000,
     block_table: 0x7200_0000,
     block_table_row_stride: 0,
+    lse_acc: 0x7300_0000,
+    o_acc: 0x7400_0000,
     stream: 0xabc0,
 };
 
@@ -228,4 +230,64 @@ fn strided_alibi_slopes_reach_ck_contiguous() {
     assert!(spec.slopes.is_contiguous());
     let expected: Vec<f32> = (0..h).map(|i| (2 * i + 1) as f32).collect();
     assert_eq!(spec.slopes.to_vec1::<f32>().unwrap(), expected);
+}
+
+#[test]
+fn paged_function_marshals_block_table_and_split_kv_scratch() {
+    let mut rng = rng("paged_function_marshals_block_table_and_split_kv_scratch");
+    let page = 128 * rng.gen_range(1..3);
+    let (h, h_k, d) = (8, 2, 128);
+    let lens: Vec<(u32, u32)> = (0..rng.gen_range(1..5)).map(|_| (rng.gen_range(0..20), rng.gen_range(0..600))).collect();
+    let cu = |f: fn(&(u32, u32)) -> u32| -> Vec<u32> {
+        std::iter::once(0).chain(lens.iter().scan(0, |a, l| { *a += f(l); Some(*a) })).collect()
+    };
+    let (cu_q, cu_k) = (cu(|l| l.0), cu(|l| l.1));
+    let total_q = *cu_q.last().unwrap() as usize;
+    let max_blocks = lens.iter().map(|l| (l.1 as usize).div_ceil(page)).max().unwrap().max(1);
+    let num_blocks = lens.len() * max_blocks + 1;
+    // Block table rows padded to max_blocks + 3 columns: a strided (b, max_blocks) view.
+    let ids: Vec<u32> = (0..lens.len() * (max_blocks + 3)).map(|i| (i % num_blocks) as u32).collect();
+    let table = Tensor::new(ids, &Device::Cpu).unwrap().reshape((lens.len(), max_blocks + 3)).unwrap().narrow(1, 0, max_blocks).unwrap();
+    let q = zeros(&[total_q, h, d], DType::F16);
+    let kv = zeros(&[num_blocks, page, h_k, d], DType::F16);
+    let (sq, sk) = (u32s(&cu_q), u32s(&cu_k));
+    let max_q = lens.iter().map(|l| l.0).max().unwrap() as usize;
+    let max_k = lens.iter().map(|l| l.1).max().unwrap() as usize;
+    let varlen = VarLenRequest {
+        seqlens_q: &sq,
+        seqlens_k: &sk,
+        max_seqlen_q: max_q,
+        max_seqlen_k: max_k,
+        block_table: Some(&table),
+        page_block_size: Some(page),
+        mm_prefix_ranges: None,
+    };
+    let req = Request { softmax_scale: 0.1, alibi_slopes: None, window_size_left: None, window_size_right: Some(0), softcap: None, varlen: Some(varlen) };
+    let call = AttnCall::new(&req, [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
+    let buffers = DeviceBuffers { block_table_row_stride: table.stride()[0], ..BUFFERS };
+    let p = ck_fwd_params(&call, &buffers).unwrap();
+    let i = |x: usize| x as i32;
+    assert!(p.is_group_mode);
+    assert_eq!((p.block_table_ptr, p.page_block_size, p.batch_stride_block_table), (BUFFERS.block_table, i(page), i(max_blocks + 3)));
+    // k/v: batch stride = one block, row stride inside a block, head stride d.
+    assert_eq!((p.batch_stride_k, p.stride_k, p.nhead_stride_k), (i(page * h_k * d), i(h_k * d), i(d)));
+    assert_eq!((p.batch_stride_v, p.stride_v, p.nhead_stride_v), (i(page * h_k * d), i(h_k * d), i(d)));
+    assert_eq!((p.seqstart_q_ptr, p.seqstart_k_ptr), (BUFFERS.seqstart_q, BUFFERS.seqstart_k));
+    assert_eq!((p.batch, p.seqlen_q, p.max_seqlen_q), (i(lens.len()), i(total_q), i(max_q)));
+    assert_eq!((p.mask_type, p.window_size_left, p.window_size_right), (CkMask::BottomRight, i(max_k), 0));
+    assert_eq!((p.lse_acc_ptr, p.o_acc_ptr), (BUFFERS.lse_acc, BUFFERS.o_acc));
+    assert_eq!(split_kv_scratch_lens(&call), (h * total_q, h * total_q * d));
+    // Batch-layout calls never carry paging or scratch.
+    let b = zeros(&[1, 3, h, d], DType::F16);
+    let req = Request { varlen: None, ..req };
+    let call = AttnCall::new(&req, [DType::F16; 3], b.layout(), b.layout(), b.layout()).unwrap();
+    let p = ck_fwd_params(&call, &BUFFERS).unwrap();
+    assert_eq!((p.block_table_ptr, p.page_block_size, p.lse_acc_ptr, p.o_acc_ptr), (0, 0, 0, 0));
+    // Page sizes CK's split-KV kernels cannot take.
+    let small = zeros(&[num_blocks * 2, 64, h_k, d], DType::F16);
+    let table64 = Tensor::zeros((lens.len(), max_k.div_ceil(64).max(1)), DType::U32, &Device::Cpu).unwrap();
+    let varlen = VarLenRequest { block_table: Some(&table64), page_block_size: Some(64), ..varlen };
+    let req = Request { varlen: Some(varlen), ..req };
+    let call = AttnCall::new(&req, [DType::F16; 3], q.layout(), small.layout(), small.layout()).unwrap();
+    assert!(ck_fwd_params(&call, &BUFFERS).unwrap_err().to_string().contains("multiple of 128"));
 }

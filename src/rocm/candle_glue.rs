@@ -13,8 +13,8 @@
 //! same stream (`RocmDevice::stream().as_raw()`) is what makes reading q/k/v and writing the
 //! freshly allocated output sound without any host synchronization.
 
-use super::marshal::{ck_fwd_params, DeviceBuffers};
-use crate::params::{AttnCall, Request};
+use super::marshal::{ck_fwd_params, split_kv_scratch_lens, DeviceBuffers};
+use crate::params::{AttnCall, Mode, Request};
 use candle::rocm_backend::rocm_rs::hip::bindings as hip;
 use candle::rocm_backend::RocmStorageSlice;
 use candle::{DType, Layout, Result, RocmDevice, RocmStorage, Storage, Tensor};
@@ -92,6 +92,20 @@ fn run(
             ..DeviceBuffers::default()
         };
         attach_side_tensors(req, &call, dev, &mut buffers)?;
+        // Split-KV accumulators from candle's allocator (its comments report hipMallocAsync,
+        // the shim's fallback, faulting on some ROCm versions); freed once queued, which the
+        // stream orders after the kernel.
+        let scratch = match call.mode {
+            Mode::Paged => {
+                let (lse_len, o_len) = split_kv_scratch_lens(&call);
+                Some((dev.alloc::<f32>(lse_len)?, dev.alloc::<f32>(o_len)?))
+            }
+            _ => None,
+        };
+        if let Some((lse_acc, o_acc)) = &scratch {
+            buffers.lse_acc = lse_acc.as_ptr() as usize;
+            buffers.o_acc = o_acc.as_ptr() as usize;
+        }
         let params = ck_fwd_params(&call, &buffers)?;
         // SAFETY: q/k/v and the side tensors are live allocations of this device that
         // `AttnCall::new` checked against the sizes and strides in `params`; the output and LSE

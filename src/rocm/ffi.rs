@@ -107,6 +107,10 @@ pub mod bridge {
         // Paged K/V.
         page_block_size: i32,
         batch_stride_block_table: i32,
+        /// Split-KV accumulators (paged only), f32 `(h, total_q)` and `(h, total_q, hdim_v)`
+        /// for the single split. 0: the shim allocates them on the stream (hipMallocAsync).
+        lse_acc_ptr: usize,
+        o_acc_ptr: usize,
     }
 
     #[cfg(feature = "rocm")]
@@ -181,6 +185,8 @@ impl Default for CkFwdParams {
             batch_stride_lse: 0,
             page_block_size: 0,
             batch_stride_block_table: 0,
+            lse_acc_ptr: 0,
+            o_acc_ptr: 0,
         }
     }
 }

@@ -34,6 +34,10 @@ pub struct DeviceBuffers {
     /// `(b, max_blocks)` i32/u32 block table and its row stride in elements, paged mode.
     pub block_table: usize,
     pub block_table_row_stride: usize,
+    /// Paged mode: f32 scratch of [`split_kv_scratch_lens`] elements each (the split-KV
+    /// accumulators), or 0 to let the shim allocate them on the stream.
+    pub lse_acc: usize,
+    pub o_acc: usize,
     /// The `hipStream_t` to run on.
     pub stream: usize,
 }
@@ -102,8 +106,17 @@ pub fn ck_fwd_params(call: &AttnCall, buffers: &DeviceBuffers) -> Result<CkFwdPa
     if let Some(paging) = &call.seqs.paging {
         p.page_block_size = int("page_block_size", paging.page_block_size)?;
         p.batch_stride_block_table = int("block table row stride", buffers.block_table_row_stride)?;
+        p.lse_acc_ptr = buffers.lse_acc;
+        p.o_acc_ptr = buffers.o_acc;
     }
     Ok(p)
+}
+
+/// Elements of the two f32 split-KV accumulators of a paged call (one split): the LSE
+/// `(h, total_q)` and the output `(h, total_q, d)`.
+pub fn split_kv_scratch_lens(call: &AttnCall) -> (usize, usize) {
+    let lse = call.num_heads * call.total_q;
+    (lse, lse * call.head_dim)
 }
 
 /// Rows of k/v (group mode without paging), from the last cumulative seqlen.

@@ -13,6 +13,6 @@ mod launch;
 pub mod marshal;
 
 pub use ffi::{CkBias, CkDtype, CkFwdParams, CkMask};
-pub use marshal::{ck_fwd_params, DeviceBuffers};
+pub use marshal::{ck_fwd_params, split_kv_scratch_lens, DeviceBuffers};
 #[cfg(feature = "rocm")]
 pub use launch::{device_count, fmha_fwd, BUILD_INFO, LSE_KERNELS};

@@ -9,7 +9,6 @@
 
 #include <hip/hip_runtime.h>
 
-#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -146,30 +145,6 @@ void run_fwd(const CkFwdParams& p, const ck_tile::stream_config& stream)
         throw_no_kernel(p, "fmha_fwd");
 }
 
-// Stream-ordered scratch for the split-KV accumulators, freed on the same stream after use.
-class StreamBuffer
-{
-    public:
-    StreamBuffer(size_t bytes, hipStream_t stream) : stream_(stream)
-    {
-        check_hip(hipMallocAsync(&ptr_, bytes, stream_), "hipMallocAsync (split-KV scratch)");
-    }
-    ~StreamBuffer() noexcept(false)
-    {
-        // Not thrown while unwinding from another exception: that one is the real error.
-        hipError_t status = hipFreeAsync(ptr_, stream_);
-        if(std::uncaught_exceptions() == 0)
-            check_hip(status, "hipFreeAsync (split-KV scratch)");
-    }
-    StreamBuffer(const StreamBuffer&)            = delete;
-    StreamBuffer& operator=(const StreamBuffer&) = delete;
-    void* get() const { return ptr_; }
-
-    private:
-    void* ptr_ = nullptr;
-    hipStream_t stream_;
-};
-
 #if FLASH_ATTN_ROCM_HAS_PAGED
 // Paged K/V, after mha_varlen_fwd.cpp's block-table path (group mode, not gappy).
 void run_splitkv(const CkFwdParams& p, const ck_tile::stream_config& stream)
@@ -186,19 +161,16 @@ void run_splitkv(const CkFwdParams& p, const ck_tile::stream_config& stream)
                                    bias_type(p.bias_type),
                                    p.has_lse,
                                    false}; // do_fp8_static_quant
-    const size_t total_q   = static_cast<size_t>(p.seqlen_q);
-    const size_t lse_elems = static_cast<size_t>(p.nhead_q) * kNumSplits * total_q;
-    // The caller's scratch when given (Candle's allocator), else stream-ordered allocations.
-    std::optional<StreamBuffer> own_lse_acc, own_o_acc;
-    if(p.lse_acc_ptr == 0)
-        own_lse_acc.emplace(lse_elems * sizeof(float), stream.stream_id_);
-    if(p.o_acc_ptr == 0)
-        own_o_acc.emplace(lse_elems * p.hdim_v * sizeof(float), stream.stream_id_);
+    // The caller allocates the accumulators (rocm::split_kv_scratch_lens): no allocation here,
+    // so no allocator of ours competes with the caller's on its stream.
+    if(p.lse_acc_ptr == 0 || p.o_acc_ptr == 0)
+        throw std::runtime_error("flash-attn-rocm: paged K/V needs the split-KV accumulators "
+                                 "lse_acc_ptr and o_acc_ptr (see rocm::split_kv_scratch_lens)");
 
     fmha_fwd_splitkv_args args{};
     fill_common(args, p);
-    args.lse_acc_ptr = own_lse_acc ? own_lse_acc->get() : reinterpret_cast<void*>(p.lse_acc_ptr);
-    args.o_acc_ptr   = own_o_acc ? own_o_acc->get() : reinterpret_cast<void*>(p.o_acc_ptr);
+    args.lse_acc_ptr              = reinterpret_cast<void*>(p.lse_acc_ptr);
+    args.o_acc_ptr                = reinterpret_cast<void*>(p.o_acc_ptr);
     args.block_table_ptr          = reinterpret_cast<void*>(p.block_table_ptr);
     args.batch_stride_block_table = p.batch_stride_block_table;
     args.page_block_size          = p.page_block_size;

@@ -41,8 +41,6 @@ impl Paging {
 pub struct Sequences {
     list: Vec<Sequence>,
     pub paging: Option<Paging>,
-    /// The cumulative seqlens as given (varlen), for backends that pass them on.
-    pub cu_seqlens: Option<(Vec<u32>, Vec<u32>)>,
 }
 
 impl Sequences {
@@ -56,7 +54,7 @@ impl Sequences {
                 out_row: b * seqlen_q,
             })
             .collect();
-        Self { list, paging: None, cu_seqlens: None }
+        Self { list, paging: None }
     }
 
     pub(super) fn from_varlen(req: &VarLenRequest<'_>, shapes: &Shapes, k: &Layout) -> Result<Self> {
@@ -88,7 +86,7 @@ impl Sequences {
             Some(table) => Some(Paging::check(table, req.page_block_size, shapes, k, &list)?),
             None => None,
         };
-        Ok(Self { list, paging, cu_seqlens: Some((cu_q, cu_k)) })
+        Ok(Self { list, paging })
     }
 
     pub fn len(&self) -> usize {
@@ -179,8 +177,10 @@ impl Paging {
             ),
             Some(_) => {}
         }
+        // Read in its own dtype (a device-side cast would cost a launch on GPUs).
         let values: Vec<i64> = match table.dtype() {
-            DType::U32 | DType::I32 => table.to_dtype(DType::I64)?.flatten_all()?.to_vec1()?,
+            DType::U32 => table.flatten_all()?.to_vec1::<u32>()?.into_iter().map(i64::from).collect(),
+            DType::I32 => table.flatten_all()?.to_vec1::<i32>()?.into_iter().map(i64::from).collect(),
             dt => candle::bail!("flash-attn: block_table must be u32 or i32, got {dt:?}"),
         };
         let (rows, max_blocks) = match table.dims() {

@@ -5,19 +5,19 @@ use candle::{Device, Tensor};
 
 #[test]
 fn windows_resolve_like_candle_flash_attn() {
-    // (left, right, max_k, mm_prefix) -> (left, right, causal)
+    // (left, right, max_k, mm_prefix) -> (left, right)
     let cases = [
-        ((None, None, 100, false), (-1, -1, false)),
-        ((None, Some(0), 100, false), (100, 0, true)),
-        ((Some(10), None, 100, false), (10, 100, false)),
-        ((None, Some(3), 100, false), (100, 3, false)),
-        ((Some(101), Some(0), 100, false), (100, 0, true)),
-        ((Some(7), Some(500), 100, false), (7, 100, false)),
-        ((None, Some(0), 100, true), (100, 0, false)),
+        ((None, None, 100, false), (-1, -1)),
+        ((None, Some(0), 100, false), (100, 0)),
+        ((Some(10), None, 100, false), (10, 100)),
+        ((None, Some(3), 100, false), (100, 3)),
+        ((Some(101), Some(0), 100, false), (100, 0)),
+        ((Some(7), Some(500), 100, false), (7, 100)),
+        ((None, Some(0), 100, true), (100, 0)),
     ];
-    for ((l, r, k, mm), (el, er, ec)) in cases {
+    for ((l, r, k, mm), (el, er)) in cases {
         let w = Window::resolve(l, r, k, mm);
-        assert_eq!((w.left, w.right, w.causal), (el, er, ec), "{l:?} {r:?} {k} {mm}");
+        assert_eq!((w.left, w.right), (el, er), "{l:?} {r:?} {k} {mm}");
     }
 }
 
@@ -90,5 +90,5 @@ fn varlen_sequences_and_offsets() {
     assert_eq!(call.q.batch_stride, 0);
     assert_eq!(call.lse_dims(), vec![2, 9]);
     assert_eq!(call.lse_index(2, 1, 3), 9 + 4 + 3);
-    assert_eq!(call.window, Window { left: 6, right: 0, causal: true });
+    assert_eq!(call.window, Window { left: 6, right: 0 });
 }

@@ -9,8 +9,6 @@
 pub struct Window {
     pub left: i32,
     pub right: i32,
-    /// flash-attn's `is_causal`: unbounded left and `right == 0` as given by the caller.
-    pub causal: bool,
 }
 
 impl Window {
@@ -32,14 +30,13 @@ impl Window {
         if has_mm_prefix && left < 0 && right == 0 {
             left = max_k;
         }
-        let causal = left < 0 && right == 0;
         if left < 0 && right >= 0 {
             left = max_k;
         }
         if left >= 0 && right < 0 {
             right = max_k;
         }
-        Self { left, right, causal }
+        Self { left, right }
     }
 
     /// True when no key is ever masked by the window.

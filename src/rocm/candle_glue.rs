@@ -2,7 +2,7 @@
 //!
 //! Written against the ROCm backend of candle PR #3801 (`huggingface/candle`,
 //! `refs/pull/3801/head`, compile-checked at 8a17ca0a4c66b43d933b7e192db6860ee68f9c71), which
-//! crates.io candle does not have: the `candle-rocm` feature only compiles when the user
+//! the released candle 0.11 does not have: the `candle-rocm` feature only compiles when the user
 //! patches `candle-core` to that branch and enables its `rocm` feature (see the README). What
 //! this file relies on from that branch: `RocmStorage { slice, device }`, `RocmStorageSlice::
 //! {F16, BF16, F32, as_ptr, as_mut_ptr}`, `RocmDevice::{alloc, alloc_zeros, stream, id}` and
@@ -13,7 +13,9 @@
 //! same stream (`RocmDevice::stream().as_raw()`) is what makes reading q/k/v and writing the
 //! freshly allocated output sound without any host synchronization.
 
-use super::marshal::{ck_fwd_params, split_kv_scratch_lens, DeviceBuffers};
+use super::marshal::{
+    check_supported, ck_fwd_params, lse_buffer_required, split_kv_scratch_lens, DeviceBuffers,
+};
 use crate::params::{AttnCall, Mode, Request};
 use candle::rocm_backend::rocm_rs::hip::bindings as hip;
 use candle::rocm_backend::RocmStorageSlice;
@@ -61,8 +63,8 @@ fn run(
     let dtypes = [q.slice.dtype(), k.slice.dtype(), v.slice.dtype()];
     let call = AttnCall::new(req, dtypes, q_l, k_l, v_l)?;
     // Refuse what CK cannot serve (dtype, head dim, mm_prefix_ranges, page size...) before
-    // allocating anything: the marshalling's checks do not look at the addresses.
-    ck_fwd_params(&call, &DeviceBuffers::default())?;
+    // allocating anything.
+    check_supported(&call)?;
 
     // The kernel writes the rows of sequences that have keys. With nothing to do it is not
     // launched (flash-attention's CK backend skips it for seqlen_k == 0); rows it does not
@@ -73,9 +75,9 @@ fn run(
     let out_len = call.total_q * call.num_heads * call.head_dim;
     let mut out = alloc_out(dev, call.dtype, out_len, prefill)?;
     let lse_len = call.lse_dims().iter().product();
-    // An LSE-kernel build (the default) needs an LSE buffer on every call: scratch when the
-    // caller wants none, dropped after the call (the stream orders its reuse).
-    let lse_buffer = want_lse || super::LSE_KERNELS;
+    // Scratch when the kernel needs one the caller does not want; dropped after the call (the
+    // stream orders its reuse).
+    let lse_buffer = want_lse || lse_buffer_required(&call);
     let lse = lse_buffer.then(|| dev.alloc::<f32>(lse_len)).transpose()?;
     let stream = dev.stream().as_raw();
     if let (true, Some(lse)) = (prefill, &lse) {
@@ -92,9 +94,8 @@ fn run(
             ..DeviceBuffers::default()
         };
         attach_side_tensors(req, &call, dev, &mut buffers)?;
-        // Split-KV accumulators from candle's allocator (its comments report hipMallocAsync,
-        // the shim's fallback, faulting on some ROCm versions); freed once queued, which the
-        // stream orders after the kernel.
+        // Split-KV accumulators from candle's allocator; freed once queued, which the stream
+        // orders after the kernel.
         let scratch = match call.mode {
             Mode::Paged => {
                 let (lse_len, o_len) = split_kv_scratch_lens(&call);

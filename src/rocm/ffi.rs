@@ -107,8 +107,8 @@ pub mod bridge {
         // Paged K/V.
         page_block_size: i32,
         batch_stride_block_table: i32,
-        /// Split-KV accumulators (paged only), f32 `(h, total_q)` and `(h, total_q, hdim_v)`
-        /// for the single split. 0: the shim allocates them on the stream (hipMallocAsync).
+        /// Split-KV accumulators (paged only, required there): f32 `(h, total_q)` and
+        /// `(h, total_q, hdim_v)` for the single split, as `rocm::split_kv_scratch_lens` sizes.
         lse_acc_ptr: usize,
         o_acc_ptr: usize,
     }

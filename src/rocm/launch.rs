@@ -6,11 +6,6 @@ use super::ffi::{bridge, CkFwdParams};
 /// kernels, name filter. Error messages quote it; rebuild with `FLASH_ATTN_ROCM_*` to change it.
 pub const BUILD_INFO: &str = env!("FLASH_ATTN_ROCM_BUILD_INFO");
 
-/// True when the forward (non-paged) kernels were built in their LSE-writing variant
-/// (`FLASH_ATTN_ROCM_LSE=1`, the default): such a build serves only calls that pass an LSE
-/// buffer, and one built with `FLASH_ATTN_ROCM_LSE=0` only calls that do not.
-pub const LSE_KERNELS: bool = cfg!(flash_attn_rocm_lse_kernels);
-
 /// Launches CK's fmha forward for `params` on `params.stream`; returns once it is queued.
 ///
 /// Errors name the cause: no kernel built for the call (with the variables to rebuild with),

@@ -23,8 +23,8 @@ pub struct DeviceBuffers {
     pub v: usize,
     /// Contiguous output: `(b, s_q, h, d)` in batch mode, `(total_q, h, d)` otherwise.
     pub out: usize,
-    /// f32 log-sum-exp output, or 0 for none: `(b, h, s_q)` in batch mode, `(h, total_q)`
-    /// otherwise (see [`AttnCall::lse_dims`]).
+    /// f32 log-sum-exp output, or 0 for none (see [`lse_buffer_required`]): `(b, h, s_q)` in
+    /// batch mode, `(h, total_q)` otherwise (see [`AttnCall::lse_dims`]).
     pub lse: usize,
     /// f32 ALiBi slopes `(h,)`, when the call has them.
     pub alibi_slopes: usize,
@@ -35,7 +35,7 @@ pub struct DeviceBuffers {
     pub block_table: usize,
     pub block_table_row_stride: usize,
     /// Paged mode: f32 scratch of [`split_kv_scratch_lens`] elements each (the split-KV
-    /// accumulators), or 0 to let the shim allocate them on the stream.
+    /// accumulators); required there.
     pub lse_acc: usize,
     pub o_acc: usize,
     /// The `hipStream_t` to run on.
@@ -112,6 +112,18 @@ pub fn ck_fwd_params(call: &AttnCall, buffers: &DeviceBuffers) -> Result<CkFwdPa
     Ok(p)
 }
 
+/// True when the forward (non-paged) kernels were built in their LSE-writing variant
+/// (`FLASH_ATTN_ROCM_LSE=1`, the default): such a build serves only calls that pass an LSE
+/// buffer, and one built with `FLASH_ATTN_ROCM_LSE=0` only calls that do not. (False in builds
+/// without the `rocm` feature.)
+pub const LSE_KERNELS: bool = cfg!(flash_attn_rocm_lse_kernels);
+
+/// Whether `call` must pass an LSE buffer (scratch when the caller wants none) to find a
+/// kernel: non-paged calls on an LSE-kernel build. The split-KV path has both variants.
+pub fn lse_buffer_required(call: &AttnCall) -> bool {
+    LSE_KERNELS && call.mode != Mode::Paged
+}
+
 /// Elements of the two f32 split-KV accumulators of a paged call (one split): the LSE
 /// `(h, total_q)` and the output `(h, total_q, d)`.
 pub fn split_kv_scratch_lens(call: &AttnCall) -> (usize, usize) {
@@ -124,8 +136,9 @@ fn total_k(call: &AttnCall) -> usize {
     call.seqs.iter().map(|s| s.k_start + s.k_len).max().unwrap_or(0)
 }
 
-/// Refuses what the built CK kernels cannot serve, naming the limit.
-fn check_supported(call: &AttnCall) -> Result<()> {
+/// Refuses what the built CK kernels cannot serve, naming the limit (before anything is
+/// allocated; [`ck_fwd_params`] runs it too).
+pub fn check_supported(call: &AttnCall) -> Result<()> {
     // Not an argument of CK, but the windows derive from it and CK's mask math is i32.
     int("max_seqlen_k", call.max_seqlen_k)?;
     if call.mode == Mode::Paged {

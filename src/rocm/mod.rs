@@ -13,6 +13,9 @@ mod launch;
 pub mod marshal;
 
 pub use ffi::{CkBias, CkDtype, CkFwdParams, CkMask};
-pub use marshal::{ck_fwd_params, split_kv_scratch_lens, DeviceBuffers};
+pub use marshal::{
+    check_supported, ck_fwd_params, lse_buffer_required, split_kv_scratch_lens, DeviceBuffers,
+    LSE_KERNELS,
+};
 #[cfg(feature = "rocm")]
-pub use launch::{device_count, fmha_fwd, BUILD_INFO, LSE_KERNELS};
+pub use launch::{device_count, fmha_fwd, BUILD_INFO};

@@ -1,4 +1,5 @@
-//! The parity rule shared with the root crate's validation tests:
+//! The parity rule of the root crate's parity tests (the same inequality; this crate's floor
+//! `eps` is sized for model logits rather than attention outputs):
 //! `max|flash - ref| <= 2 * max|naive_lowprec - ref| + eps`, where `ref` is computed in f64 and
 //! `naive_lowprec` is plain matmul-softmax in the dtype under test. The factor 2 allows a
 //! different but equally good rounding order; `eps` is a floor relative to the output's size,

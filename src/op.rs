@@ -66,7 +66,8 @@ impl FlashAttnVarLen {
     }
 }
 
-/// CPU entry shared by both ops' `cpu_fwd` and the LSE variants.
+/// CPU entry shared by both ops' `cpu_fwd` and the LSE variants (inside
+/// [`crate::triton::offload::run_on_gpu`], the same call runs on a GPU instead).
 fn cpu_forward(
     req: &Request<'_>,
     (q, q_l): (&CpuStorage, &Layout),
@@ -74,6 +75,11 @@ fn cpu_forward(
     (v, v_l): (&CpuStorage, &Layout),
     want_lse: bool,
 ) -> Result<(CpuStorage, Option<Vec<f32>>, AttnCall)> {
+    #[cfg(feature = "triton")]
+    if let Some(driver) = crate::triton::offload::active() {
+        let (out, lse, call) = crate::triton::offload::forward(driver, req, (q, q_l), (k, k_l), (v, v_l))?;
+        return Ok((out, want_lse.then_some(lse), call));
+    }
     let call = AttnCall::new(req, [q.dtype(), k.dtype(), v.dtype()], q_l, k_l, v_l)?;
     let (out, lse) = crate::cpu::forward(&call, q, k, v, want_lse)?;
     Ok((out, lse, call))

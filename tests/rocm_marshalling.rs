@@ -25,6 +25,8 @@ const BUFFERS: DeviceBuffers = DeviceBuffers {
     block_table_row_stride: 0,
     lse_acc: 0x7300_0000,
     o_acc: 0x7400_0000,
+    mm_prefix: 0x7500_0000,
+    mm_prefix_row_stride: 0,
     stream: 0xabc0,
 };
 

@@ -38,7 +38,11 @@ pub struct DeviceBuffers {
     /// accumulators); required there.
     pub lse_acc: usize,
     pub o_acc: usize,
-    /// The `hipStream_t` to run on.
+    /// `mm_prefix_ranges` `(b, max_ranges, 2)` i32 with its row stride in elements (Triton
+    /// kernels only; CK refuses the ranges).
+    pub mm_prefix: usize,
+    pub mm_prefix_row_stride: usize,
+    /// The stream to run on (`hipStream_t`; `CUstream` on the CUDA verification path).
     pub stream: usize,
 }
 

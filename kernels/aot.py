@@ -1,0 +1,201 @@
+"""Ahead-of-time compiler for the kernels of attention.py (run by the build script).
+
+    python3 kernels/aot.py --targets gfx1100,gfx942,sm_90 --out DIR \
+        [--block-dims 32,64,128,256] [--dtypes fp16,bf16] [--jobs N] [--filter GLOB,...]
+
+For every target and variant it writes DIR/<target>/<variant>.<hsaco|cubin> and one line of
+DIR/manifest.tsv (the columns are in MANIFEST_COLUMNS). AMD targets get HSACO code objects,
+`sm_90` a cubin (the NVIDIA check of the same sources). Needs only the `triton` wheel: no ROCm,
+no CUDA toolkit.
+"""
+
+import argparse
+import fnmatch
+import multiprocessing
+import os
+import re
+import sys
+import time
+
+MANIFEST_COLUMNS = [
+    "target", "variant", "kernel", "family", "tile", "dtype", "block_d", "even_d", "paged", "extras",
+    "block_m", "block_n", "threads", "shared", "scratch_args", "vgpr_spills", "sgpr_spills", "seconds", "file",
+]
+
+# Head-dim tiles (powers of two) and dtypes the build can select.
+BLOCK_DIMS = [32, 64, 128, 256]
+DTYPES = {"fp16": "fp16", "bf16": "bf16"}
+
+# Launch tiles per (target kind, tile, block_d): BLOCK_M, BLOCK_N, num_warps, num_stages.
+# RDNA (wave32) keeps small tiles: larger ones spill VGPRs at head dim >= 128 (see README).
+TILES = {
+    ("cdna", "prefill"): {32: (128, 64, 4, 1), 64: (128, 64, 4, 1), 128: (128, 64, 8, 1), 256: (64, 64, 8, 1)},
+    ("cdna", "decode"): {32: (16, 64, 4, 1), 64: (16, 64, 4, 1), 128: (16, 64, 4, 1), 256: (16, 32, 4, 1)},
+    ("rdna", "prefill"): {32: (64, 32, 4, 1), 64: (64, 32, 4, 1), 128: (32, 32, 4, 1), 256: (32, 16, 4, 1)},
+    ("rdna", "decode"): {32: (16, 32, 4, 1), 64: (16, 32, 4, 1), 128: (16, 32, 4, 1), 256: (16, 16, 4, 1)},
+    ("sm90", "prefill"): {32: (128, 64, 4, 3), 64: (128, 64, 4, 3), 128: (128, 64, 8, 3), 256: (64, 64, 8, 2)},
+    ("sm90", "decode"): {32: (16, 128, 4, 3), 64: (16, 128, 4, 3), 128: (16, 128, 4, 3), 256: (16, 64, 4, 2)},
+}
+MERGE_BLOCK_R = 16
+MERGE_WARPS = 4
+
+
+def target_kind(target):
+    if target == "sm_90":
+        return "sm90"
+    if target.startswith("gfx9"):
+        return "cdna"
+    if target.startswith("gfx11") or target.startswith("gfx12"):
+        return "rdna"
+    raise SystemExit(f"aot.py: unknown target {target!r} (expected gfx9xx, gfx11xx, gfx12xx or sm_90)")
+
+
+def gpu_target(target):
+    from triton.backends.compiler import GPUTarget
+
+    kind = target_kind(target)
+    if kind == "sm90":
+        return GPUTarget("cuda", 90, 32)
+    return GPUTarget("hip", target, 64 if kind == "cdna" else 32)
+
+
+def variants(block_dims, dtypes):
+    """Every code object of one target: (name, family, fields)."""
+    out = []
+    for dtype in dtypes:
+        for bd in block_dims:
+            for even in (True, False):
+                for paged in (False, True):
+                    for tile, extras_options in (("prefill", (False, True)), ("decode", (False,))):
+                        for extras in extras_options:
+                            name = "fwd_{}_{}_d{}{}_{}{}".format(
+                                tile, dtype, bd, "" if even else "p", "paged" if paged else "flat",
+                                "_x" if extras else "")
+                            out.append((name, "fwd", dict(tile=tile, dtype=dtype, block_d=bd, even_d=even,
+                                                          paged=paged, extras=extras)))
+            out.append((f"merge_{dtype}_d{bd}", "merge",
+                        dict(tile="merge", dtype=dtype, block_d=bd, even_d=False, paged=False, extras=False)))
+    return out
+
+
+FWD_POINTERS = {"Q": "*{dt}", "K": "*{dt}", "V": "*{dt}", "Out": "*{dt}", "Lse": "*fp32", "OAcc": "*fp32",
+                "LAcc": "*fp32", "CuSeqQ": "*i32", "CuSeqK": "*i32", "BlockTable": "*i32",
+                "AlibiSlopes": "*fp32", "MmPrefix": "*i32"}
+FWD_FLOATS = ["sm_scale", "softcap"]
+I64 = {"stride_qb", "stride_kb", "stride_vb"}
+# Element strides the host guarantees to be multiples of 8 (16 bytes of fp16/bf16), so that
+# loads along the head dim vectorize; src/triton/marshal.rs checks it before every launch.
+ALIGNED_INTS = {"stride_qb", "stride_qm", "stride_qh", "stride_kb", "stride_kn", "stride_kh", "stride_vb",
+                "stride_vn", "stride_vh", "stride_om", "stride_oh", "head_dim"}
+MERGE_POINTERS = {"Out": "*{dt}", "Lse": "*fp32", "OAcc": "*fp32", "LAcc": "*fp32"}
+
+
+def signature(fn, pointers, floats, dtype):
+    sig, attrs = {}, {}
+    for index, arg in enumerate(fn.arg_names):
+        if arg in pointers:
+            sig[arg] = pointers[arg].format(dt=dtype)
+            attrs[(index,)] = [["tt.divisibility", 16]]
+        elif arg in floats:
+            sig[arg] = "fp32"
+        elif arg.isupper() or arg.startswith("BLOCK_"):
+            sig[arg] = "constexpr"
+        else:
+            sig[arg] = "i64" if arg in I64 else "i32"
+            if arg in ALIGNED_INTS:
+                attrs[(index,)] = [["tt.divisibility", 8]]
+    return sig, attrs
+
+
+def compile_one(job):
+    target, name, family, fields, out_dir = job
+    import triton
+    from triton.compiler import ASTSource
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import attention
+
+    kind = target_kind(target)
+    dtype = DTYPES[fields["dtype"]]
+    if family == "fwd":
+        fn = attention.attn_fwd
+        bm, bn, warps, stages = TILES[(kind, fields["tile"])][fields["block_d"]]
+        sig, attrs = signature(fn, FWD_POINTERS, FWD_FLOATS, dtype)
+        constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": fields["block_d"], "EVEN_D": fields["even_d"],
+                      "PAGED": fields["paged"], "EXTRAS": fields["extras"]}
+    else:
+        fn = attention.attn_merge
+        bm, bn, warps, stages = MERGE_BLOCK_R, 0, MERGE_WARPS, 1
+        sig, attrs = signature(fn, MERGE_POINTERS, [], dtype)
+        constexprs = {"BLOCK_R": MERGE_BLOCK_R, "BLOCK_D": fields["block_d"]}
+    for key in constexprs:
+        sig[key] = "constexpr"
+    started = time.time()
+    target_obj = gpu_target(target)
+    src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
+    kernel = triton.compile(src, target=target_obj, options={"num_warps": warps, "num_stages": stages})
+    seconds = time.time() - started
+    md = kernel.metadata
+    scratch = [getattr(md, "global_scratch_size", 0) or 0, getattr(md, "profile_scratch_size", 0) or 0]
+    if any(scratch):
+        raise SystemExit(f"aot.py: {target}/{name} needs scratch memory {scratch}; the launcher passes none")
+    if kind == "sm90":
+        binary, ext, vspill, sspill = kernel.asm["cubin"], "cubin", 0, 0
+    else:
+        binary, ext = kernel.asm["hsaco"], "hsaco"
+        text = kernel.asm["amdgcn"]
+        vspill = sum(int(x) for x in re.findall(r"\.vgpr_spill_count:\s+(\d+)", text))
+        sspill = sum(int(x) for x in re.findall(r"\.sgpr_spill_count:\s+(\d+)", text))
+    rel = f"{target}/{name}.{ext}"
+    with open(os.path.join(out_dir, rel), "wb") as f:
+        f.write(binary)
+    threads = warps * target_obj.warp_size
+    return [target, name, md.name, family, fields["tile"], fields["dtype"], fields["block_d"],
+            int(fields["even_d"]), int(fields["paged"]), int(fields["extras"]), bm, bn, threads, md.shared,
+            len(scratch), vspill, sspill, f"{seconds:.1f}", rel]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--targets", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--block-dims", default=",".join(map(str, BLOCK_DIMS)))
+    parser.add_argument("--dtypes", default=",".join(DTYPES))
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--filter", default="", help="comma-separated globs on variant names (default all)")
+    args = parser.parse_args()
+
+    targets = [t for t in args.targets.split(",") if t]
+    block_dims = [int(x) for x in args.block_dims.split(",") if x]
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    for bd in block_dims:
+        if bd not in BLOCK_DIMS:
+            raise SystemExit(f"aot.py: head-dim tile {bd} not in {BLOCK_DIMS}")
+    for d in dtypes:
+        if d not in DTYPES:
+            raise SystemExit(f"aot.py: dtype {d} not in {list(DTYPES)}")
+    globs = [g for g in args.filter.split(",") if g]
+    jobs = []
+    for target in targets:
+        target_kind(target)
+        os.makedirs(os.path.join(args.out, target), exist_ok=True)
+        for name, family, fields in variants(block_dims, dtypes):
+            if family == "merge" or not globs or any(fnmatch.fnmatch(name, g) for g in globs):
+                jobs.append((target, name, family, fields, args.out))
+    started = time.time()
+    rows = []
+    with multiprocessing.get_context("spawn").Pool(max(1, args.jobs)) as pool:
+        for done, row in enumerate(pool.imap_unordered(compile_one, jobs), 1):
+            rows.append(row)
+            print(f"aot.py: [{done}/{len(jobs)}] {row[0]} {row[1]} {row[17]} s, {row[15]} VGPR spills",
+                  flush=True)
+    rows.sort(key=lambda r: (r[0], r[1]))
+    with open(os.path.join(args.out, "manifest.tsv"), "w") as f:
+        f.write("\t".join(MANIFEST_COLUMNS) + "\n")
+        for row in rows:
+            f.write("\t".join(str(x) for x in row) + "\n")
+    print(f"aot.py: {len(rows)} kernels for {','.join(targets)} in {time.time() - started:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

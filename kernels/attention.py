@@ -1,0 +1,313 @@
+"""Flash-attention forward kernels in Triton, one source for every GPU the crate serves.
+
+Compiled ahead of time by `kernels/aot.py` (HSACO for AMD archs, cubin for the sm_90 check) and
+launched from Rust (`src/triton/`). Two kernels:
+
+- `attn_fwd`: one program per (block of packed query rows, sequence x k/v head, key split).
+  A block packs the query heads that share a k/v head into its rows (row r is query
+  `r // group` of head `hk * group + r % group`), so K/V tiles are read once per group. With
+  `num_splits == 1` it writes the output and the LSE; otherwise each split writes its normalized
+  partial output and its base-2 LSE to f32 accumulators and `attn_merge` combines them.
+- `attn_merge`: combines the splits of every (row, head).
+
+The semantics are the crate's (src/params, src/cpu/mask.rs): bottom-right windows with -1
+meaning unbounded, `softcap * tanh(s / softcap)` before ALiBi `-slope * |pos - j|`,
+`mm_prefix_ranges` lifting the mask inside a range that holds the row's position, and a row
+that sees no key gets output 0 and LSE -inf.
+
+Compile-time switches (each a separate code object): BLOCK_M/BLOCK_N (tile), BLOCK_D (head dim
+padded to a power of two), EVEN_D (head_dim == BLOCK_D: no masks on the head dim), PAGED (k/v
+gathered through a block table, any page size), EXTRAS (ALiBi, softcap and mm_prefix_ranges,
+each then switched at run time). Everything else, the batch/varlen choice included, is a
+run-time argument so that one code object serves every shape.
+"""
+
+import triton
+import triton.language as tl
+
+LOG2E = tl.constexpr(1.4426950408889634)
+LN2 = tl.constexpr(0.6931471805599453)
+
+
+@triton.jit
+def _key_range(pos, k_len, window_left, window_right):
+    """Keys [lo, hi) that a query at key position `pos` may see (scalars or vectors)."""
+    lo = tl.where(window_left < 0, 0, tl.maximum(pos - window_left, 0))
+    hi = tl.where(window_right < 0, k_len, tl.maximum(pos + window_right + 1, 0))
+    hi = tl.minimum(hi, k_len)
+    lo = tl.minimum(lo, k_len)
+    return lo, hi
+
+
+@triton.jit
+def _i64(x):
+    # Widens an i32 scalar or tensor (or a Python int the JIT specialized) to i64.
+    return x + tl.zeros([], tl.int64)
+
+
+@triton.jit
+def _tanh(x):
+    # 1 - 2 / (e^{2x} + 1): exact limits at +-inf, no tanh intrinsic needed on any backend.
+    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+
+
+@triton.jit
+def _attend(
+    acc, m_i, l_i, q,
+    K, V, table_row, offs_d, d_mask,
+    start, end,
+    k_len, page_size,
+    stride_kb, stride_kn, stride_vb, stride_vn,
+    qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
+    row_lo, row_hi, pre_lo, pre_hi,
+    BLOCK_N: tl.constexpr, PAGED: tl.constexpr, EXTRAS: tl.constexpr,
+    MASKED: tl.constexpr, EVEN_D: tl.constexpr,
+):
+    """Online softmax over the key tiles [start, end) (start tile-aligned)."""
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        if PAGED:
+            in_seq = offs_n < k_len
+            page = _i64(tl.load(table_row + offs_n // page_size, mask=in_seq, other=0))
+            slot = offs_n % page_size
+            k_rows = page * stride_kb + slot * stride_kn
+            v_rows = page * stride_vb + slot * stride_vn
+        else:
+            k_rows = offs_n * stride_kn
+            v_rows = offs_n * stride_vn
+        if MASKED:
+            kv_mask = offs_n < k_len
+            if not EVEN_D:
+                k_mask = kv_mask[None, :] & d_mask[:, None]
+                v_mask = kv_mask[:, None] & d_mask[None, :]
+            else:
+                k_mask = kv_mask[None, :]
+                v_mask = kv_mask[:, None]
+            k = tl.load(K + k_rows[None, :] + offs_d[:, None], mask=k_mask, other=0.0)
+        else:
+            if EVEN_D:
+                k = tl.load(K + k_rows[None, :] + offs_d[:, None])
+            else:
+                k = tl.load(K + k_rows[None, :] + offs_d[:, None], mask=d_mask[:, None], other=0.0)
+        s = tl.dot(q, k)
+        if EXTRAS:
+            s = s * sm_scale
+            if has_softcap != 0:
+                s = softcap * _tanh(s / softcap)
+            if has_alibi != 0:
+                dist = tl.abs(pos[:, None] - offs_n[None, :]).to(tl.float32)
+                s = s - slope[:, None] * dist
+            s = s * LOG2E
+        else:
+            s = s * qk_scale
+        if MASKED:
+            j = offs_n[None, :]
+            visible = (j >= row_lo[:, None]) & (j < row_hi[:, None])
+            if EXTRAS:
+                visible = visible | ((j >= pre_lo[:, None]) & (j < pre_hi[:, None]))
+            s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if MASKED:
+            v = tl.load(V + v_rows[:, None] + offs_d[None, :], mask=v_mask, other=0.0)
+        else:
+            if EVEN_D:
+                v = tl.load(V + v_rows[:, None] + offs_d[None, :])
+            else:
+                v = tl.load(V + v_rows[:, None] + offs_d[None, :], mask=d_mask[None, :], other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def attn_fwd(
+    Q, K, V, Out, Lse, OAcc, LAcc,
+    CuSeqQ, CuSeqK, BlockTable, AlibiSlopes, MmPrefix,
+    sm_scale, softcap,
+    stride_qb, stride_qm, stride_qh,
+    stride_kb, stride_kn, stride_kh,
+    stride_vb, stride_vn, stride_vh,
+    stride_om, stride_oh,
+    stride_lb, stride_lh,
+    stride_bt, stride_mmb,
+    is_varlen, seqlen_q, seqlen_k, rows_per_batch, total_rows,
+    num_heads, num_heads_k, head_dim,
+    window_left, window_right, page_size,
+    has_softcap, has_alibi, num_mm_ranges,
+    num_splits, split_len,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    EVEN_D: tl.constexpr, PAGED: tl.constexpr, EXTRAS: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    split = tl.program_id(2)
+    b = pid_bh // num_heads_k
+    hk = pid_bh % num_heads_k
+    group = num_heads // num_heads_k
+
+    if is_varlen != 0:
+        q_start = tl.load(CuSeqQ + b)
+        q_len = tl.load(CuSeqQ + b + 1) - q_start
+        k_start = tl.load(CuSeqK + b)
+        k_len = tl.load(CuSeqK + b + 1) - k_start
+    else:
+        q_start = seqlen_q * 0
+        q_len = seqlen_q
+        k_start = seqlen_k * 0
+        k_len = seqlen_k
+
+    rows = q_len * group
+    if pid_m * BLOCK_M >= rows:
+        return
+
+    offs_r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_valid = offs_r < rows
+    i = offs_r // group
+    head = hk * group + offs_r % group
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < head_dim
+    pos = i + k_len - q_len
+
+    # Block-uniform key bounds: windows are monotone in the query position.
+    i_first = pid_m * BLOCK_M // group
+    i_last = (tl.minimum(pid_m * BLOCK_M + BLOCK_M, rows) - 1) // group
+    lo, _unused = _key_range(i_first + k_len - q_len, k_len, window_left, window_right)
+    _unused2, hi = _key_range(i_last + k_len - q_len, k_len, window_left, window_right)
+    full_lo, _unused3 = _key_range(i_last + k_len - q_len, k_len, window_left, window_right)
+    _unused4, full_hi = _key_range(i_first + k_len - q_len, k_len, window_left, window_right)
+    row_lo, row_hi = _key_range(pos, k_len, window_left, window_right)
+
+    slope = tl.zeros([BLOCK_M], tl.float32)
+    pre_lo = tl.zeros([BLOCK_M], tl.int32)
+    pre_hi = tl.zeros([BLOCK_M], tl.int32)
+    if EXTRAS:
+        if has_alibi != 0:
+            slope = tl.load(AlibiSlopes + head, mask=row_valid, other=0.0)
+        if num_mm_ranges > 0:
+            found = tl.zeros([BLOCK_M], tl.int32)
+            for rr in range(0, num_mm_ranges):
+                r_lo = tl.load(MmPrefix + b * stride_mmb + 2 * rr)
+                r_hi = tl.load(MmPrefix + b * stride_mmb + 2 * rr + 1)
+                holds = (r_lo < r_hi) & (pos >= r_lo) & (pos < r_hi)
+                c_lo = tl.minimum(tl.maximum(r_lo, 0), k_len)
+                c_hi = tl.minimum(tl.maximum(r_hi, 0), k_len)
+                pre_lo = tl.where(holds, tl.where(found != 0, tl.minimum(pre_lo, c_lo), c_lo), pre_lo)
+                pre_hi = tl.where(holds, tl.where(found != 0, tl.maximum(pre_hi, c_hi), c_hi), pre_hi)
+                found = tl.where(holds, 1, found)
+            # The ranges can lift the mask anywhere: visit every key, masked.
+            lo = k_len * 0
+            hi = k_len
+            full_lo = k_len
+            full_hi = k_len * 0
+
+    # Tiles: [start, f0) masked, [f0, f1) unmasked, [f1, end) masked; then the split's share.
+    start = (lo // BLOCK_N) * BLOCK_N
+    end = hi
+    f0 = tl.maximum(tl.cdiv(full_lo, BLOCK_N) * BLOCK_N, start)
+    f1 = tl.minimum((full_hi // BLOCK_N) * BLOCK_N, end)
+    if f1 <= f0:
+        f0 = end
+        f1 = end
+    s_lo = split * split_len
+    s_hi = s_lo + split_len
+    start = tl.minimum(tl.maximum(start, s_lo), s_hi)
+    f0 = tl.minimum(tl.maximum(f0, start), s_hi)
+    f1 = tl.minimum(tl.maximum(f1, f0), s_hi)
+    end = tl.minimum(tl.maximum(end, f1), s_hi)
+
+    q_base = Q + _i64(b) * stride_qb + _i64(q_start) * stride_qm
+    q_ptrs = q_base + i[:, None] * stride_qm + head[:, None] * stride_qh + offs_d[None, :]
+    if EVEN_D:
+        q = tl.load(q_ptrs, mask=row_valid[:, None], other=0.0)
+    else:
+        q = tl.load(q_ptrs, mask=row_valid[:, None] & d_mask[None, :], other=0.0)
+
+    k_base = K + hk * stride_kh
+    v_base = V + hk * stride_vh
+    if not PAGED:
+        k_base += _i64(b) * stride_kb + _i64(k_start) * stride_kn
+        v_base += _i64(b) * stride_vb + _i64(k_start) * stride_vn
+    table_row = BlockTable + b * stride_bt
+
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    qk_scale = sm_scale * LOG2E
+
+    acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, start, f0,
+                            k_len, page_size, stride_kb, stride_kn, stride_vb, stride_vn,
+                            qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
+                            row_lo, row_hi, pre_lo, pre_hi,
+                            BLOCK_N, PAGED, EXTRAS, True, EVEN_D)
+    acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f0, f1,
+                            k_len, page_size, stride_kb, stride_kn, stride_vb, stride_vn,
+                            qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
+                            row_lo, row_hi, pre_lo, pre_hi,
+                            BLOCK_N, PAGED, EXTRAS, False, EVEN_D)
+    acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f1, end,
+                            k_len, page_size, stride_kb, stride_kn, stride_vb, stride_vn,
+                            qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
+                            row_lo, row_hi, pre_lo, pre_hi,
+                            BLOCK_N, PAGED, EXTRAS, True, EVEN_D)
+
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
+    out_row = _i64(b * rows_per_batch + q_start + i)
+    if EVEN_D:
+        o_mask = row_valid[:, None]
+    else:
+        o_mask = row_valid[:, None] & d_mask[None, :]
+    if num_splits == 1:
+        o_ptrs = Out + out_row[:, None] * stride_om + head[:, None] * stride_oh + offs_d[None, :]
+        tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=o_mask)
+        l_ptrs = Lse + _i64(b) * stride_lb + head * stride_lh + q_start + i
+        tl.store(l_ptrs, lse2 * LN2, mask=row_valid)
+    else:
+        acc_row = (split * total_rows + out_row) * num_heads + head
+        tl.store(OAcc + acc_row[:, None] * head_dim + offs_d[None, :], out, mask=o_mask)
+        tl.store(LAcc + acc_row, lse2, mask=row_valid)
+
+
+@triton.jit
+def attn_merge(
+    Out, Lse, OAcc, LAcc,
+    stride_om, stride_oh, stride_lb, stride_lh,
+    rows_per_batch, total_rows, num_heads, head_dim, num_splits,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """Combines the split partials of BLOCK_R (row, head) pairs: weights 2^(lse_s - max)."""
+    idx = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    valid = idx < total_rows * num_heads
+    out_row = idx // num_heads
+    head = idx % num_heads
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = valid[:, None] & (offs_d[None, :] < head_dim)
+    split_stride = _i64(total_rows) * num_heads
+    m = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    for s in range(0, num_splits):
+        m = tl.maximum(m, tl.load(LAcc + s * split_stride + idx, mask=valid, other=float("-inf")))
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    total = tl.zeros([BLOCK_R], tl.float32)
+    acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
+    for s in range(0, num_splits):
+        w = tl.math.exp2(tl.load(LAcc + s * split_stride + idx, mask=valid, other=float("-inf")) - m_safe)
+        part = tl.load(OAcc + (s * split_stride + idx)[:, None] * head_dim + offs_d[None, :], mask=mask, other=0.0)
+        acc += w[:, None] * part
+        total += w
+    empty = total == 0.0
+    out = acc / tl.where(empty, 1.0, total)[:, None]
+    lse = tl.where(empty, float("-inf"), (m_safe + tl.math.log2(tl.where(empty, 1.0, total))) * LN2)
+    o_ptrs = Out + _i64(out_row)[:, None] * stride_om + head[:, None] * stride_oh + offs_d[None, :]
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=mask)
+    if rows_per_batch > 0:
+        b = out_row // rows_per_batch
+        pos = out_row % rows_per_batch
+    else:
+        b = out_row * 0
+        pos = out_row
+    tl.store(Lse + _i64(b) * stride_lb + head * stride_lh + pos, lse, mask=valid)

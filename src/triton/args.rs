@@ -1,0 +1,111 @@
+//! The kernels' parameter lists as Rust structs: one field per parameter of `attn_fwd` /
+//! `attn_merge` in kernels/attention.py, in the same order (a test compares the names with the
+//! Python source), turned into the driver's argument array at launch.
+
+/// One kernel argument as the driver passes it (by address of its value).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ArgValue {
+    Ptr(u64),
+    I32(i32),
+    I64(i64),
+    F32(f32),
+}
+
+macro_rules! kernel_args {
+    ($(#[$meta:meta])* pub struct $name:ident { $($(#[$fmeta:meta])* $field:ident: $kind:ident = $param:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Default)]
+        pub struct $name { $($(#[$fmeta])* pub $field: kernel_args!(@type $kind),)* }
+
+        impl $name {
+            /// The kernel's parameter names, in order.
+            pub const PARAMS: &'static [&'static str] = &[$($param),*];
+
+            /// The values in parameter order.
+            pub fn values(&self) -> Vec<ArgValue> {
+                vec![$(kernel_args!(@value $kind, self.$field)),*]
+            }
+        }
+    };
+    (@type ptr) => { u64 };
+    (@type i32) => { i32 };
+    (@type i64) => { i64 };
+    (@type f32) => { f32 };
+    (@value ptr, $v:expr) => { ArgValue::Ptr($v) };
+    (@value i32, $v:expr) => { ArgValue::I32($v) };
+    (@value i64, $v:expr) => { ArgValue::I64($v) };
+    (@value f32, $v:expr) => { ArgValue::F32($v) };
+}
+
+kernel_args! {
+    /// `attn_fwd`'s arguments. Strides count elements; `*_b` strides are 64-bit.
+    pub struct FwdArgs {
+        q: ptr = "Q",
+        k: ptr = "K",
+        v: ptr = "V",
+        out: ptr = "Out",
+        lse: ptr = "Lse",
+        o_acc: ptr = "OAcc",
+        l_acc: ptr = "LAcc",
+        cu_seqlens_q: ptr = "CuSeqQ",
+        cu_seqlens_k: ptr = "CuSeqK",
+        block_table: ptr = "BlockTable",
+        alibi_slopes: ptr = "AlibiSlopes",
+        mm_prefix: ptr = "MmPrefix",
+        sm_scale: f32 = "sm_scale",
+        softcap: f32 = "softcap",
+        stride_qb: i64 = "stride_qb",
+        stride_qm: i32 = "stride_qm",
+        stride_qh: i32 = "stride_qh",
+        stride_kb: i64 = "stride_kb",
+        stride_kn: i32 = "stride_kn",
+        stride_kh: i32 = "stride_kh",
+        stride_vb: i64 = "stride_vb",
+        stride_vn: i32 = "stride_vn",
+        stride_vh: i32 = "stride_vh",
+        stride_om: i32 = "stride_om",
+        stride_oh: i32 = "stride_oh",
+        stride_lb: i32 = "stride_lb",
+        stride_lh: i32 = "stride_lh",
+        stride_bt: i32 = "stride_bt",
+        stride_mmb: i32 = "stride_mmb",
+        is_varlen: i32 = "is_varlen",
+        seqlen_q: i32 = "seqlen_q",
+        seqlen_k: i32 = "seqlen_k",
+        /// Query rows per batch entry in the output (batch mode), 0 in varlen mode.
+        rows_per_batch: i32 = "rows_per_batch",
+        /// Rows of the output (`b * s_q` or `total_q`).
+        total_rows: i32 = "total_rows",
+        num_heads: i32 = "num_heads",
+        num_heads_k: i32 = "num_heads_k",
+        head_dim: i32 = "head_dim",
+        window_left: i32 = "window_left",
+        window_right: i32 = "window_right",
+        page_size: i32 = "page_size",
+        has_softcap: i32 = "has_softcap",
+        has_alibi: i32 = "has_alibi",
+        num_mm_ranges: i32 = "num_mm_ranges",
+        num_splits: i32 = "num_splits",
+        /// Keys per split, a multiple of the tile's BLOCK_N.
+        split_len: i32 = "split_len",
+    }
+}
+
+kernel_args! {
+    /// `attn_merge`'s arguments.
+    pub struct MergeArgs {
+        out: ptr = "Out",
+        lse: ptr = "Lse",
+        o_acc: ptr = "OAcc",
+        l_acc: ptr = "LAcc",
+        stride_om: i32 = "stride_om",
+        stride_oh: i32 = "stride_oh",
+        stride_lb: i32 = "stride_lb",
+        stride_lh: i32 = "stride_lh",
+        rows_per_batch: i32 = "rows_per_batch",
+        total_rows: i32 = "total_rows",
+        num_heads: i32 = "num_heads",
+        head_dim: i32 = "head_dim",
+        num_splits: i32 = "num_splits",
+    }
+}

@@ -1,0 +1,123 @@
+//! Loading the embedded code objects (once per device) and launching a [`Plan`] on a stream,
+//! through either driver (HIP on AMD GPUs, CUDA for the NVIDIA verification build).
+use super::args::ArgValue;
+use super::marshal::{fwd_args, merge_args, Plan};
+use super::registry::{KernelImage, KERNELS};
+use super::select::select;
+use crate::gpu::{Api, Driver, Function, Module};
+use crate::params::AttnCall;
+use crate::rocm::DeviceBuffers;
+use candle::Result;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Mutex, OnceLock};
+
+/// What the plan needs to know of a device, queried once per device.
+#[derive(Debug, Clone)]
+pub struct DeviceInfo {
+    /// The code-object target: `gfx1100`, `gfx942`, ..., `sm_90`.
+    pub arch: String,
+    /// Compute units (AMD) or SMs (NVIDIA).
+    pub units: usize,
+}
+
+type DeviceKey = (Api, i32);
+
+fn devices() -> &'static Mutex<HashMap<DeviceKey, DeviceInfo>> {
+    static DEVICES: OnceLock<Mutex<HashMap<DeviceKey, DeviceInfo>>> = OnceLock::new();
+    DEVICES.get_or_init(Default::default)
+}
+
+/// Loaded kernels per (device, image); the modules stay loaded for the life of the process.
+fn functions() -> &'static Mutex<HashMap<(DeviceKey, usize), (Module, Function)>> {
+    static FUNCTIONS: OnceLock<Mutex<HashMap<(DeviceKey, usize), (Module, Function)>>> = OnceLock::new();
+    FUNCTIONS.get_or_init(Default::default)
+}
+
+/// The current device of `driver` and its properties (cached; no driver query after the first).
+pub fn current_device(driver: &'static Driver) -> Result<(DeviceKey, DeviceInfo)> {
+    let key = (driver.api(), driver.current_device()?);
+    let mut cache = devices().lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(info) = cache.get(&key) {
+        return Ok((key, info.clone()));
+    }
+    let info = DeviceInfo { arch: driver.arch_name(key.1)?, units: driver.multiprocessor_count(key.1)? as usize };
+    cache.insert(key, info.clone());
+    Ok((key, info))
+}
+
+/// The plan of `call` on the current device of `driver`.
+pub fn plan(driver: &'static Driver, call: &AttnCall) -> Result<Plan> {
+    let (_, info) = current_device(driver)?;
+    let kernels = select(call, &info.arch, KERNELS)?;
+    Plan::new(call, kernels, info.units)
+}
+
+fn function(driver: &'static Driver, device: DeviceKey, image: &'static KernelImage) -> Result<Function> {
+    // Images are statics: their address identifies them.
+    let key = (device, image as *const KernelImage as usize);
+    let mut cache = functions().lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, f)) = cache.get(&key) {
+        return Ok(*f);
+    }
+    let module = driver.load_module(image.image)?;
+    let f = driver.get_function(&module, image.kernel)?;
+    driver.allow_shared(f, image.shared)?;
+    cache.insert(key, (module, f));
+    Ok(f)
+}
+
+/// Queues `plan` for `call` on `buffers.stream` of the current device: the attention kernel,
+/// then the merge when the keys are split. Returns once queued; errors of the kernels surface at
+/// the stream's next synchronization.
+///
+/// # Safety
+/// Every address in `buffers` must be a device allocation of the current device large enough
+/// for `call` (and `plan.scratch_lens` for the accumulators), alive and unchanged (inputs) until
+/// the stream has run the kernels; outputs must not alias inputs; `buffers.stream` must be a live
+/// stream of that device or 0.
+pub unsafe fn launch(driver: &'static Driver, call: &AttnCall, plan: &Plan, buffers: &DeviceBuffers) -> Result<()> {
+    if plan.is_empty() {
+        return Ok(());
+    }
+    let (device, _) = current_device(driver)?;
+    let fwd = fwd_args(call, buffers, plan)?;
+    // SAFETY: the argument list is the kernel's parameter list (FwdArgs mirrors attn_fwd, checked
+    // by a test against the source), the grid is the plan's, and the caller upholds the buffer
+    // and stream contract above.
+    unsafe { run(driver, device, plan.kernels.fwd, plan.grid, fwd.values(), buffers.stream) }?;
+    if plan.num_splits > 1 {
+        let merge = merge_args(&fwd);
+        // SAFETY: as above, with MergeArgs mirroring attn_merge; the stream orders it after attn_fwd.
+        unsafe { run(driver, device, plan.kernels.merge, plan.merge_grid, merge.values(), buffers.stream) }?;
+    }
+    Ok(())
+}
+
+/// # Safety
+/// `values` must match `image`'s kernel parameters, and the addresses in them the launch contract.
+unsafe fn run(
+    driver: &'static Driver,
+    device: DeviceKey,
+    image: &'static KernelImage,
+    grid: [u32; 3],
+    mut values: Vec<ArgValue>,
+    stream: usize,
+) -> Result<()> {
+    let f = function(driver, device, image)?;
+    // Triton appends its scratch pointers; the build refuses kernels that need scratch memory.
+    values.extend((0..image.scratch_args).map(|_| ArgValue::Ptr(0)));
+    let mut pointers: Vec<*mut c_void> = values
+        .iter_mut()
+        .map(|v| match v {
+            ArgValue::Ptr(p) => p as *mut u64 as *mut c_void,
+            ArgValue::I32(x) => x as *mut i32 as *mut c_void,
+            ArgValue::I64(x) => x as *mut i64 as *mut c_void,
+            ArgValue::F32(x) => x as *mut f32 as *mut c_void,
+        })
+        .collect();
+    // SAFETY: `pointers` point into `values`, alive until the driver has copied them (at the
+    // launch call); the caller guarantees they match the kernel's parameters.
+    unsafe { driver.launch(f, grid, [image.threads, 1, 1], image.shared, stream, &mut pointers) }?;
+    Ok(())
+}

@@ -1,0 +1,200 @@
+//! From a validated [`AttnCall`] and device addresses to the Triton kernels' launch: grid, key
+//! splits and the exact argument structs. Pure Rust, tested in every build.
+use super::args::{FwdArgs, MergeArgs};
+use super::registry::KernelImage;
+use super::select::Kernels;
+use super::split;
+use crate::params::{AttnCall, Mode};
+use crate::rocm::DeviceBuffers;
+use candle::Result;
+
+/// Bytes per element of the f16/bf16 tensors the kernels read.
+const ELEM: usize = 2;
+/// The kernels load head-dim rows as 16-byte vectors: addresses and strides must allow it.
+const ALIGN_BYTES: usize = 16;
+/// CUDA and HIP cap grid dimensions y and z at 65535.
+const MAX_GRID_YZ: usize = 65535;
+
+/// One call's launch: the kernels, the attention grid and how the keys are split.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    pub kernels: Kernels,
+    /// `(query blocks, batch x k/v heads, splits)`.
+    pub grid: [u32; 3],
+    pub num_splits: usize,
+    /// Keys per split (a multiple of the tile's BLOCK_N).
+    pub split_len: usize,
+    /// `attn_merge`'s grid, used when `num_splits > 1`.
+    pub merge_grid: [u32; 3],
+}
+
+impl Plan {
+    /// Grid and splits for `call` on a device with `units` compute units (CUs / SMs).
+    pub fn new(call: &AttnCall, kernels: Kernels, units: usize) -> Result<Self> {
+        let fwd: &KernelImage = kernels.fwd;
+        let rows = call.max_seqlen_q * call.group_size();
+        let blocks_m = rows.div_ceil(fwd.block_m as usize);
+        let heads = call.batch * call.num_heads_k;
+        let (num_splits, split_len) = split::choose(blocks_m * heads, call.max_seqlen_k, fwd.block_n as usize, units);
+        if heads > MAX_GRID_YZ {
+            candle::bail!(
+                "flash-attn-rocm: batch x k/v heads = {heads} exceeds the grid limit {MAX_GRID_YZ} of the Triton path"
+            )
+        }
+        let pairs = call.total_q * call.num_heads;
+        Ok(Self {
+            kernels,
+            grid: [u32_of("query blocks", blocks_m)?, heads as u32, num_splits as u32],
+            num_splits,
+            split_len,
+            merge_grid: [u32_of("merge blocks", pairs.div_ceil(kernels.merge.block_m as usize))?, 1, 1],
+        })
+    }
+
+    /// f32 elements of the split accumulators `(l_acc, o_acc)`: `(splits, rows, h)` and
+    /// `(splits, rows, h, d)`; `(0, 0)` when the keys are not split.
+    pub fn scratch_lens(&self, call: &AttnCall) -> (usize, usize) {
+        if self.num_splits <= 1 {
+            return (0, 0);
+        }
+        let l = self.num_splits * call.total_q * call.num_heads;
+        (l, l * call.head_dim)
+    }
+
+    /// Whether the grid has any program (calls without query rows launch nothing).
+    pub fn is_empty(&self) -> bool {
+        self.grid.contains(&0)
+    }
+}
+
+/// `attn_fwd`'s arguments for `call` on `buffers`, after checking what the kernels assume:
+/// 16-byte aligned rows, 32-bit offsets, an LSE buffer, accumulators for split calls.
+pub fn fwd_args(call: &AttnCall, buffers: &DeviceBuffers, plan: &Plan) -> Result<FwdArgs> {
+    let group = call.mode != Mode::Batch;
+    let (h, d) = (call.num_heads, call.head_dim);
+    if buffers.lse == 0 {
+        candle::bail!("flash-attn-rocm: the Triton kernels always write the LSE: pass an f32 buffer of lse_dims()")
+    }
+    if plan.num_splits > 1 && (buffers.lse_acc == 0 || buffers.o_acc == 0) {
+        candle::bail!("flash-attn-rocm: a split call needs the accumulators of Plan::scratch_lens")
+    }
+    let q = aligned("q", buffers.q + call.q.offset * ELEM, &[call.q.batch_stride, call.q.row_stride, call.q.head_stride])?;
+    let k = aligned("k", buffers.k + call.k.offset * ELEM, &[call.k.batch_stride, call.k.row_stride, call.k.head_stride])?;
+    let v = aligned("v", buffers.v + call.v.offset * ELEM, &[call.v.batch_stride, call.v.row_stride, call.v.head_stride])?;
+    aligned("out", buffers.out, &[])?;
+    // Offsets the kernels form in 32 bits (the sequence/batch bases are 64-bit).
+    int("max_seqlen_q x q row stride", call.max_seqlen_q * call.q.row_stride)?;
+    int("q heads x q head stride", h * call.q.head_stride)?;
+    let k_rows = match &call.seqs.paging {
+        Some(p) => p.page_block_size,
+        None => call.max_seqlen_k,
+    };
+    for (name, view) in [("k", &call.k), ("v", &call.v)] {
+        int(&format!("{name} rows x row stride"), (k_rows + plan.kernels.fwd.block_n as usize) * view.row_stride)?;
+        int(&format!("{name} heads x head stride"), call.num_heads_k * view.head_stride)?;
+    }
+    int("heads x rows (LSE)", h * call.total_q)?;
+    // Window arithmetic on positions stays far from i32 overflow.
+    if call.max_seqlen_k.max(call.max_seqlen_q) >= 1 << 30 {
+        candle::bail!("flash-attn-rocm: sequences of 2^30 or more tokens are not supported by the Triton path")
+    }
+    if let Some(m) = &call.mm_prefix {
+        // The kernel reads range r of a sequence at `row + 2 r`.
+        if m.max_ranges > 1 && m.ranges.stride()[1] != 2 {
+            candle::bail!("flash-attn-rocm: mm_prefix_ranges must be contiguous in its last two dims for the Triton path")
+        }
+    }
+    let (stride_lb, stride_lh) = if group { (0, call.total_q) } else { (h * call.max_seqlen_q, call.max_seqlen_q) };
+    let paging = call.seqs.paging.as_ref();
+    let mm = call.mm_prefix.as_ref();
+    Ok(FwdArgs {
+        q,
+        k,
+        v,
+        out: buffers.out as u64,
+        lse: buffers.lse as u64,
+        o_acc: buffers.o_acc as u64,
+        l_acc: buffers.lse_acc as u64,
+        cu_seqlens_q: if group { buffers.seqstart_q as u64 } else { 0 },
+        cu_seqlens_k: if group { buffers.seqstart_k as u64 } else { 0 },
+        block_table: if paging.is_some() { buffers.block_table as u64 } else { 0 },
+        alibi_slopes: if call.alibi.is_some() { buffers.alibi_slopes as u64 } else { 0 },
+        mm_prefix: if mm.is_some() { buffers.mm_prefix as u64 } else { 0 },
+        sm_scale: call.softmax_scale,
+        softcap: call.softcap.unwrap_or(0.0),
+        stride_qb: call.q.batch_stride as i64,
+        stride_qm: int("q row stride", call.q.row_stride)?,
+        stride_qh: int("q head stride", call.q.head_stride)?,
+        stride_kb: call.k.batch_stride as i64,
+        stride_kn: int("k row stride", call.k.row_stride)?,
+        stride_kh: int("k head stride", call.k.head_stride)?,
+        stride_vb: call.v.batch_stride as i64,
+        stride_vn: int("v row stride", call.v.row_stride)?,
+        stride_vh: int("v head stride", call.v.head_stride)?,
+        stride_om: int("out row stride", h * d)?,
+        stride_oh: int("out head stride", d)?,
+        stride_lb: int("lse batch stride", stride_lb)?,
+        stride_lh: int("lse head stride", stride_lh)?,
+        stride_bt: int("block table row stride", if paging.is_some() { buffers.block_table_row_stride } else { 0 })?,
+        stride_mmb: int("mm_prefix_ranges row stride", if mm.is_some() { buffers.mm_prefix_row_stride } else { 0 })?,
+        is_varlen: group as i32,
+        seqlen_q: int("seqlen_q", call.max_seqlen_q)?,
+        seqlen_k: int("seqlen_k", call.max_seqlen_k)?,
+        rows_per_batch: if group { 0 } else { int("seqlen_q", call.max_seqlen_q)? },
+        total_rows: int("rows", call.total_q)?,
+        num_heads: int("heads", h)?,
+        num_heads_k: int("k/v heads", call.num_heads_k)?,
+        head_dim: int("head dim", d)?,
+        window_left: call.window.left,
+        window_right: call.window.right,
+        page_size: int("page_block_size", paging.map_or(1, |p| p.page_block_size))?,
+        has_softcap: call.softcap.is_some() as i32,
+        has_alibi: call.alibi.is_some() as i32,
+        num_mm_ranges: int("mm_prefix ranges", mm.map_or(0, |m| m.max_ranges))?,
+        num_splits: plan.num_splits as i32,
+        split_len: int("split length", plan.split_len)?,
+    })
+}
+
+/// `attn_merge`'s arguments, from the same call's `attn_fwd` arguments.
+pub fn merge_args(fwd: &FwdArgs) -> MergeArgs {
+    MergeArgs {
+        out: fwd.out,
+        lse: fwd.lse,
+        o_acc: fwd.o_acc,
+        l_acc: fwd.l_acc,
+        stride_om: fwd.stride_om,
+        stride_oh: fwd.stride_oh,
+        stride_lb: fwd.stride_lb,
+        stride_lh: fwd.stride_lh,
+        rows_per_batch: fwd.rows_per_batch,
+        total_rows: fwd.total_rows,
+        num_heads: fwd.num_heads,
+        head_dim: fwd.head_dim,
+        num_splits: fwd.num_splits,
+    }
+}
+
+/// `addr` as a kernel pointer after checking it and the element `strides` allow 16-byte rows.
+fn aligned(name: &str, addr: usize, strides: &[usize]) -> Result<u64> {
+    if addr % ALIGN_BYTES != 0 || strides.iter().any(|s| (s * ELEM) % ALIGN_BYTES != 0) {
+        candle::bail!(
+            "flash-attn-rocm: the Triton kernels read {name} in 16-byte rows: its start (address {addr:#x}) and \
+             strides {strides:?} (elements) must be multiples of 16 bytes; make {name} contiguous"
+        )
+    }
+    Ok(addr as u64)
+}
+
+fn int(what: &str, value: usize) -> Result<i32> {
+    i32::try_from(value).map_err(|_| {
+        candle::Error::Msg(format!(
+            "flash-attn-rocm: {what} = {value} exceeds the Triton kernels' 32-bit offsets (max {})",
+            i32::MAX
+        ))
+    })
+}
+
+fn u32_of(what: &str, value: usize) -> Result<u32> {
+    u32::try_from(value).map_err(|_| candle::Error::Msg(format!("flash-attn-rocm: {what} = {value} exceeds u32")))
+}

@@ -1,0 +1,27 @@
+//! Our own Triton flash-attention kernels (kernels/attention.py), compiled ahead of time by the
+//! build script for every requested GPU target and embedded in the library.
+//!
+//! Layers: [`registry`] lists the embedded code objects, [`select`] picks the ones that serve a
+//! call, [`marshal`] computes the grid, the key splits ([`split`]) and the exact kernel
+//! arguments ([`args`]) from a validated [`crate::params::AttnCall`]. These are pure Rust and
+//! tested in every build. With the `triton` feature (enabled by `rocm` and `cuda-verify`),
+//! `launch` loads the code objects once per device and queues them on the caller's stream
+//! through [`crate::gpu`] (HIP on AMD GPUs, the CUDA driver for the NVIDIA verification build),
+//! and `offload` runs CPU-tensor calls on a GPU for verification.
+
+pub mod args;
+#[cfg(feature = "triton")]
+mod launch;
+pub mod marshal;
+#[cfg(feature = "triton")]
+pub mod offload;
+pub mod registry;
+pub mod select;
+pub mod split;
+
+pub use args::{ArgValue, FwdArgs, MergeArgs};
+#[cfg(feature = "triton")]
+pub use launch::{current_device, launch, plan, DeviceInfo};
+pub use marshal::{fwd_args, merge_args, Plan};
+pub use registry::{Family, KernelDtype, KernelImage, Tile, KERNELS};
+pub use select::{embedded_targets, needs_extras, select, Kernels, DECODE_ROWS};

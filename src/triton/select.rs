@@ -1,0 +1,73 @@
+//! Which embedded code objects serve a call on a given target.
+use super::registry::{Family, KernelDtype, KernelImage, Tile, KERNELS};
+use crate::params::AttnCall;
+use candle::{DType, Result};
+
+/// Query rows (times the GQA group) up to which the decode tile serves a call.
+pub const DECODE_ROWS: usize = 16;
+
+/// The attention kernel and, for split calls, the merge kernel of one call.
+#[derive(Debug, Clone, Copy)]
+pub struct Kernels {
+    pub fwd: &'static KernelImage,
+    pub merge: &'static KernelImage,
+}
+
+/// Whether the call needs the kernels compiled with ALiBi, softcap and mm_prefix support.
+pub fn needs_extras(call: &AttnCall) -> bool {
+    call.alibi.is_some() || call.softcap.is_some() || call.mm_prefix.is_some()
+}
+
+/// Picks the kernels for `call` on `target` among `images` (the embedded [`KERNELS`] in
+/// production): the smallest head-dim tile that holds the call's head dim, the decode tile for
+/// few query rows without extras, the paged variant for a block table.
+pub fn select(call: &AttnCall, target: &str, images: &'static [KernelImage]) -> Result<Kernels> {
+    let dtype = match call.dtype {
+        DType::F16 => KernelDtype::F16,
+        DType::BF16 => KernelDtype::Bf16,
+        other => candle::bail!(
+            "flash-attn-rocm: the GPU kernels take f16 or bf16, got {other:?} (f32 runs on the CPU backend)"
+        ),
+    };
+    let paged = call.seqs.paging.is_some();
+    let extras = needs_extras(call);
+    let rows = call.max_seqlen_q * call.group_size();
+    let decode = !extras && rows <= DECODE_ROWS;
+    let d = call.head_dim as u32;
+    let fits = |img: &&KernelImage| img.target == target && img.dtype == dtype && img.block_d >= d;
+    let smallest = |family: Family, pick: &dyn Fn(&KernelImage) -> bool| {
+        images.iter().filter(fits).filter(|img| img.family == family && pick(img)).min_by_key(|img| img.block_d)
+    };
+    let fwd_with = |tile: Tile| {
+        smallest(Family::Fwd, &|img| {
+            img.tile == tile && img.paged == paged && img.extras == extras && img.even_d == (img.block_d == d)
+        })
+    };
+    // The prefill tile serves every call; the decode tile is only a faster choice.
+    let fwd = decode.then(|| fwd_with(Tile::Decode)).flatten().or_else(|| fwd_with(Tile::Prefill));
+    let merge = smallest(Family::Merge, &|_| true);
+    match (fwd, merge) {
+        (Some(fwd), Some(merge)) => Ok(Kernels { fwd, merge }),
+        _ => candle::bail!(
+            "flash-attn-rocm: no Triton kernel built for {target}, {dtype:?}, head dim {d}{}{}; built targets: [{}]. \
+             Rebuild with FLASH_ATTN_ROCM_ARCHS (AMD) including {target}, FLASH_ATTN_ROCM_TRITON_DIMS holding a \
+             tile >= {d}, FLASH_ATTN_ROCM_DTYPES and FLASH_ATTN_ROCM_TRITON_FILTER covering it",
+            if paged { ", paged K/V" } else { "" },
+            if extras { ", with ALiBi/softcap/mm_prefix_ranges" } else { "" },
+            built_targets(images).join(", ")
+        ),
+    }
+}
+
+/// The distinct targets among `images`.
+pub fn built_targets(images: &[KernelImage]) -> Vec<&'static str> {
+    let mut targets: Vec<&'static str> = images.iter().map(|img| img.target).collect();
+    targets.sort_unstable();
+    targets.dedup();
+    targets
+}
+
+/// The targets this build embeds kernels for.
+pub fn embedded_targets() -> Vec<&'static str> {
+    built_targets(KERNELS)
+}

@@ -1,0 +1,76 @@
+//! How many key splits a call gets: enough programs to keep every compute unit (AMD CU /
+//! NVIDIA SM) busy when the query side alone cannot, never so many that a split holds fewer
+//! than a few key tiles.
+
+/// Programs per compute unit the split aims for: one is not enough to hide memory latency in a
+/// memory-bound decode.
+pub const PROGRAMS_PER_UNIT: usize = 4;
+/// Key tiles a split covers at least, so the merge stays cheap beside the work.
+pub const MIN_TILES_PER_SPLIT: usize = 4;
+/// Upper bound on splits (it also bounds the accumulators' size).
+pub const MAX_SPLITS: usize = 128;
+
+/// The number of key splits and the keys per split (a multiple of `block_n`) for a grid of
+/// `programs` programs per split over `max_seqlen_k` keys, on a device of `units` compute units.
+/// Every split holds at least one key when `max_seqlen_k > 0`.
+pub fn choose(programs: usize, max_seqlen_k: usize, block_n: usize, units: usize) -> (usize, usize) {
+    let tiles = max_seqlen_k.div_ceil(block_n).max(1);
+    let wanted = (PROGRAMS_PER_UNIT * units.max(1)).div_ceil(programs.max(1));
+    let splits = wanted.min(tiles / MIN_TILES_PER_SPLIT).clamp(1, MAX_SPLITS);
+    let tiles_per_split = tiles.div_ceil(splits);
+    // Recount so that no split is left without keys.
+    (tiles.div_ceil(tiles_per_split), tiles_per_split * block_n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn many_programs_need_no_split() {
+        assert_eq!(choose(132 * PROGRAMS_PER_UNIT, 1 << 17, 64, 132).0, 1);
+        assert_eq!(choose(10_000, 4096, 64, 304).0, 1);
+    }
+
+    #[test]
+    fn decode_splits_long_caches_to_fill_the_device() {
+        // b = 1, 8 k/v heads, one query block each, 128k keys, 132 SMs.
+        let (splits, len) = choose(8, 131072, 128, 132);
+        assert_eq!(splits, 64); // 528 programs wanted: 66 splits of 16 tiles, recounted to 64
+        assert!(splits * len >= 131072 && (splits - 1) * len < 131072);
+        // Fewer units (an RDNA3 card with 60 CUs) want fewer splits.
+        assert!(choose(8, 131072, 32, 60).0 < splits);
+    }
+
+    #[test]
+    fn short_caches_keep_whole_tiles_per_split() {
+        // 1024 keys of 64: 16 tiles, at most 4 splits of >= 4 tiles.
+        let (splits, len) = choose(1, 1024, 64, 132);
+        assert_eq!((splits, len), (4, 256));
+        assert_eq!(choose(1, 100, 64, 132), (1, 128));
+        assert_eq!(choose(1, 0, 64, 132), (1, 64));
+    }
+
+    #[test]
+    fn random_shapes_cover_every_key_without_empty_splits() {
+        let mut seed = 0x9e3779b97f4a7c15u64;
+        let mut next = |m: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % m as u64) as usize + 1
+        };
+        for _ in 0..10_000 {
+            let (programs, keys, units) = (next(4096), next(1 << 20), next(320));
+            let block_n = [16, 32, 64, 128][next(4) - 1];
+            let (splits, len) = choose(programs, keys, block_n, units);
+            assert!((1..=MAX_SPLITS).contains(&splits));
+            assert_eq!(len % block_n, 0);
+            assert!(splits * len >= keys, "{programs} {keys} {units}: keys left over");
+            assert!((splits - 1) * len < keys, "{programs} {keys} {units}: an empty split");
+            assert!(splits == 1 || len >= MIN_TILES_PER_SPLIT * block_n);
+            // Monotone: more programs never ask for more splits.
+            assert!(choose(programs * 2, keys, block_n, units).0 <= splits);
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! Host-side tests of the Triton path (no GPU needed): the argument structs against the kernel
+//! source, kernel selection, grid and splits, and the exact arguments for random layouts.
+
+mod common;
+
+use candle::{DType, Device, Tensor};
+use flash_attn_rocm::params::{AttnCall, Request, VarLenRequest};
+use flash_attn_rocm::rocm::DeviceBuffers;
+use flash_attn_rocm::triton::{
+    fwd_args, merge_args, select, ArgValue, Family, FwdArgs, KernelDtype, KernelImage, MergeArgs, Plan, Tile,
+};
+use rand::Rng;
+
+const BUFFERS: DeviceBuffers = DeviceBuffers {
+    q: 0x1000_0000,
+    k: 0x2000_0000,
+    v: 0x3000_0000,
+    out: 0x4000_0000,
+    lse: 0x5000_0000,
+    alibi_slopes: 0x6000_0000,
+    seqstart_q: 0x7000_0000,
+    seqstart_k: 0x7100_0000,
+    block_table: 0x7200_0000,
+    block_table_row_stride: 0,
+    lse_acc: 0x7300_0000,
+    o_acc: 0x7400_0000,
+    mm_prefix: 0x7500_0000,
+    mm_prefix_row_stride: 0,
+    stream: 0xabc0,
+};
+
+/// The parameter names of `def <kernel>(...)` in kernels/attention.py, constexprs excluded.
+fn kernel_params(kernel: &str) -> Vec<String> {
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels/attention.py")).unwrap();
+    let start = src.find(&format!("def {kernel}(")).expect("kernel in source") + kernel.len() + 5;
+    let body = &src[start..start + src[start..].find("):").unwrap()];
+    body.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty() && !p.contains("tl.constexpr"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn argument_structs_follow_the_kernel_signatures() {
+    assert_eq!(FwdArgs::PARAMS, kernel_params("attn_fwd"));
+    assert_eq!(MergeArgs::PARAMS, kernel_params("attn_merge"));
+    assert_eq!(FwdArgs::default().values().len(), FwdArgs::PARAMS.len());
+    assert_eq!(MergeArgs::default().values().len(), MergeArgs::PARAMS.len());
+}
+
+fn image(tile: Tile, family: Family, block_d: u32, even_d: bool, paged: bool, extras: bool) -> KernelImage {
+    let (block_m, block_n) = match tile {
+        Tile::Prefill => (64, 32),
+        Tile::Decode => (16, 64),
+        Tile::Merge => (16, 0),
+    };
+    KernelImage {
+        target: "gfx1100",
+        variant: "test",
+        kernel: if family == Family::Fwd { "attn_fwd" } else { "attn_merge" },
+        family,
+        tile,
+        dtype: KernelDtype::F16,
+        block_d,
+        even_d,
+        paged,
+        extras,
+        block_m,
+        block_n,
+        threads: 128,
+        shared: 0,
+        scratch_args: 2,
+        image: &[],
+    }
+}
+
+/// Every variant the build makes for one target and dtype (f16 only).
+fn images() -> &'static [KernelImage] {
+    let mut all = Vec::new();
+    for block_d in [32, 64, 128, 256] {
+        for even in [true, false] {
+            for paged in [false, true] {
+                all.push(image(Tile::Prefill, Family::Fwd, block_d, even, paged, false));
+                all.push(image(Tile::Prefill, Family::Fwd, block_d, even, paged, true));
+                all.push(image(Tile::Decode, Family::Fwd, block_d, even, paged, false));
+            }
+        }
+        all.push(image(Tile::Merge, Family::Merge, block_d, false, false, false));
+    }
+    Box::leak(all.into_boxed_slice())
+}
+
+fn zeros(dims: &[usize], dtype: DType) -> Tensor {
+    Tensor::zeros(dims, dtype, &Device::Cpu).unwrap()
+}
+
+fn batch_request(softcap: Option<f32>) -> Request<'static> {
+    Request {
+        softmax_scale: 0.125,
+        alibi_slopes: None,
+        window_size_left: None,
+        window_size_right: Some(0),
+        softcap,
+        varlen: None,
+    }
+}
+
+#[test]
+fn selection_picks_tile_head_dim_and_features() {
+    let imgs = images();
+    let mut rng = common::rng("selection_picks_tile_head_dim_and_features");
+    for _ in 0..200 {
+        let d = 8 * rng.gen_range(1..=32);
+        let h_k = rng.gen_range(1..4);
+        let g = rng.gen_range(1..6);
+        let s_q = rng.gen_range(1..40);
+        let softcap = rng.gen_bool(0.3).then_some(20.0);
+        let q = zeros(&[1, s_q, h_k * g, d], DType::F16);
+        let kv = zeros(&[1, 50, h_k, d], DType::F16);
+        let call = AttnCall::new(&batch_request(softcap), [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
+        let k = select(&call, "gfx1100", imgs).unwrap();
+        let tile = (d.next_power_of_two().max(32)) as u32;
+        assert_eq!(k.fwd.block_d, tile, "d {d}");
+        assert_eq!(k.fwd.even_d, d as u32 == tile);
+        assert_eq!(k.fwd.extras, softcap.is_some());
+        let decode = softcap.is_none() && s_q * g <= 16;
+        assert_eq!(k.fwd.tile, if decode { Tile::Decode } else { Tile::Prefill }, "s_q {s_q} g {g}");
+        assert!(k.merge.block_d >= d as u32 && k.merge.family == Family::Merge);
+    }
+}
+
+#[test]
+fn what_no_kernel_serves_is_a_clear_error() {
+    let q = zeros(&[1, 4, 2, 64], DType::F16);
+    let call = AttnCall::new(&batch_request(None), [DType::F16; 3], q.layout(), q.layout(), q.layout()).unwrap();
+    let err = select(&call, "gfx1201", images()).unwrap_err().to_string();
+    assert!(err.contains("gfx1201") && err.contains("FLASH_ATTN_ROCM_ARCHS") && err.contains("gfx1100"), "{err}");
+    let q32 = zeros(&[1, 4, 2, 64], DType::F32);
+    let call = AttnCall::new(&batch_request(None), [DType::F32; 3], q32.layout(), q32.layout(), q32.layout()).unwrap();
+    let err = select(&call, "gfx1100", images()).unwrap_err().to_string();
+    assert!(err.contains("f16 or bf16"), "{err}");
+    let big = zeros(&[1, 4, 2, 512], DType::F16);
+    let call = AttnCall::new(&batch_request(None), [DType::F16; 3], big.layout(), big.layout(), big.layout()).unwrap();
+    assert!(select(&call, "gfx1100", images()).unwrap_err().to_string().contains("head dim 512"));
+}
+
+#[test]
+fn batch_arguments_for_strided_layouts() {
+    let mut rng = common::rng("batch_arguments_for_strided_layouts");
+    for _ in 0..50 {
+        let (b, s_q, s_k) = (rng.gen_range(1..4), rng.gen_range(1..300), rng.gen_range(1..300));
+        let h_k = rng.gen_range(1..4);
+        let h = h_k * rng.gen_range(1..4);
+        let d = [64, 128][rng.gen_range(0..2)];
+        // q head-major (a transposed view); k/v narrowed out of a longer buffer.
+        let q = zeros(&[b, h, s_q, d], DType::F16).transpose(1, 2).unwrap();
+        let kv = zeros(&[b, s_k + 3, h_k, d], DType::F16).narrow(1, 3, s_k).unwrap();
+        let call = AttnCall::new(&batch_request(None), [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
+        let kernels = select(&call, "gfx1100", images()).unwrap();
+        let plan = Plan::new(&call, kernels, 60).unwrap();
+        let a = fwd_args(&call, &BUFFERS, &plan).unwrap();
+        let rows = s_q * (h / h_k);
+        assert_eq!(plan.grid, [rows.div_ceil(kernels.fwd.block_m as usize) as u32, (b * h_k) as u32, plan.num_splits as u32]);
+        assert_eq!((a.q, a.k), (BUFFERS.q as u64, BUFFERS.k as u64 + 3 * (h_k * d) as u64 * 2));
+        assert_eq!((a.stride_qb, a.stride_qm, a.stride_qh), ((h * s_q * d) as i64, d as i32, (s_q * d) as i32));
+        assert_eq!((a.stride_kb, a.stride_kn, a.stride_kh), (((s_k + 3) * h_k * d) as i64, (h_k * d) as i32, d as i32));
+        assert_eq!((a.stride_om, a.stride_oh), ((h * d) as i32, d as i32));
+        assert_eq!((a.stride_lb, a.stride_lh), ((h * s_q) as i32, s_q as i32));
+        assert_eq!((a.is_varlen, a.seqlen_q, a.seqlen_k, a.rows_per_batch), (0, s_q as i32, s_k as i32, s_q as i32));
+        assert_eq!((a.total_rows, a.num_heads, a.num_heads_k, a.head_dim), ((b * s_q) as i32, h as i32, h_k as i32, d as i32));
+        // Causal: flash-attn's (max_seqlen_k, 0).
+        assert_eq!((a.window_left, a.window_right), (s_k as i32, 0));
+        assert_eq!((a.cu_seqlens_q, a.block_table, a.alibi_slopes, a.mm_prefix), (0, 0, 0, 0));
+        assert_eq!(a.split_len as usize % kernels.fwd.block_n as usize, 0);
+        assert!(plan.num_splits * a.split_len as usize >= s_k);
+        let m = merge_args(&a);
+        assert_eq!((m.out, m.lse, m.total_rows, m.num_splits), (a.out, a.lse, a.total_rows, a.num_splits));
+        let (l, o) = plan.scratch_lens(&call);
+        if plan.num_splits > 1 {
+            assert_eq!((l, o), (plan.num_splits * b * s_q * h, plan.num_splits * b * s_q * h * d));
+        } else {
+            assert_eq!((l, o), (0, 0));
+        }
+    }
+}
+
+fn u32s(v: &[u32]) -> Tensor {
+    Tensor::new(v, &Device::Cpu).unwrap()
+}
+
+#[test]
+fn paged_arguments_with_any_page_size_and_a_split_decode() {
+    let (h, h_k, d, page) = (8, 2, 128, 7);
+    let lens_k = [1000u32, 2001];
+    let q = zeros(&[2, h, d], DType::BF16);
+    let blocks: usize = lens_k.iter().map(|&l| (l as usize).div_ceil(page)).sum();
+    let kv = zeros(&[blocks, page, h_k, d], DType::BF16);
+    let max_blocks = 2001usize.div_ceil(page);
+    let table = Tensor::arange(0u32, (2 * max_blocks) as u32, &Device::Cpu).unwrap();
+    let table = table.minimum(blocks as u32 - 1).unwrap().reshape((2, max_blocks)).unwrap();
+    let (sq, sk) = (u32s(&[0, 1, 2]), u32s(&[0, 1000, 3001]));
+    let req = Request {
+        varlen: Some(VarLenRequest {
+            seqlens_q: &sq,
+            seqlens_k: &sk,
+            max_seqlen_q: 1,
+            max_seqlen_k: 2001,
+            block_table: Some(&table),
+            page_block_size: Some(page),
+            mm_prefix_ranges: None,
+        }),
+        ..batch_request(None)
+    };
+    let call = AttnCall::new(&req, [DType::BF16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
+    let mut images = images().to_vec();
+    images.iter_mut().for_each(|i| i.dtype = KernelDtype::Bf16);
+    let kernels = select(&call, "gfx1100", Box::leak(images.into_boxed_slice())).unwrap();
+    assert_eq!((kernels.fwd.tile, kernels.fwd.paged), (Tile::Decode, true));
+    // 2 sequences x 2 k/v heads = 4 programs on 60 CUs: the keys are split.
+    let plan = Plan::new(&call, kernels, 60).unwrap();
+    assert!(plan.num_splits > 1, "{plan:?}");
+    let buffers = DeviceBuffers { block_table_row_stride: max_blocks, ..BUFFERS };
+    let a = fwd_args(&call, &buffers, &plan).unwrap();
+    assert_eq!((a.is_varlen, a.rows_per_batch, a.total_rows), (1, 0, 2));
+    assert_eq!((a.cu_seqlens_q, a.cu_seqlens_k), (BUFFERS.seqstart_q as u64, BUFFERS.seqstart_k as u64));
+    assert_eq!((a.block_table, a.stride_bt, a.page_size), (BUFFERS.block_table as u64, max_blocks as i32, page as i32));
+    assert_eq!((a.stride_kb, a.stride_kn, a.stride_kh), ((page * h_k * d) as i64, (h_k * d) as i32, d as i32));
+    assert_eq!((a.stride_lb, a.stride_lh), (0, 2));
+    assert_eq!((a.o_acc, a.l_acc), (BUFFERS.o_acc as u64, BUFFERS.lse_acc as u64));
+    // Without accumulators a split call is refused.
+    let err = fwd_args(&call, &DeviceBuffers { o_acc: 0, ..buffers }, &plan).unwrap_err();
+    assert!(err.to_string().contains("accumulators"), "{err}");
+    assert_eq!(FwdArgs { num_splits: 3, ..FwdArgs::default() }.values()[43], ArgValue::I32(3));
+}
+
+#[test]
+fn misaligned_views_and_missing_lse_are_refused() {
+    // A view starting one element into its storage: rows are not 16-byte aligned.
+    let q = zeros(&[1, 65, 2, 64], DType::F16).flatten_all().unwrap().narrow(0, 1, 64 * 2 * 64).unwrap();
+    let q = q.reshape((1, 64, 2, 64)).unwrap();
+    let call = AttnCall::new(&batch_request(None), [DType::F16; 3], q.layout(), q.layout(), q.layout()).unwrap();
+    let plan = Plan::new(&call, select(&call, "gfx1100", images()).unwrap(), 60).unwrap();
+    let err = fwd_args(&call, &BUFFERS, &plan).unwrap_err().to_string();
+    assert!(err.contains("16-byte") && err.contains("contiguous"), "{err}");
+    let q = zeros(&[1, 64, 2, 64], DType::F16);
+    let call = AttnCall::new(&batch_request(None), [DType::F16; 3], q.layout(), q.layout(), q.layout()).unwrap();
+    let err = fwd_args(&call, &DeviceBuffers { lse: 0, ..BUFFERS }, &plan).unwrap_err().to_string();
+    assert!(err.contains("LSE"), "{err}");
+}

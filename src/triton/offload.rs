@@ -5,6 +5,7 @@ use super::{launch, plan};
 use crate::gpu::{DeviceBuffer, Driver};
 use crate::params::{AttnCall, Request};
 use crate::rocm::DeviceBuffers;
+use candle::backend::BackendStorage;
 use candle::{CpuStorage, DType, Layout, Result, Tensor};
 use std::cell::Cell;
 

@@ -1,0 +1,136 @@
+//! What only the Triton path serves, on the GPU against the CPU: head dims off CK's tiles,
+//! softcap together with ALiBi, pages of any size with `mm_prefix_ranges`, decode calls whose
+//! keys are split (and merged), and the calls it refuses.
+
+use candle::{DType, Device, Tensor};
+use flash_attn_rocm as fa;
+use rand::Rng;
+
+use crate::check::{check_gpu_vs_cpu, check_lse_variant, check_refused, gpu_and_rng, out_only, with_lse, DTYPES};
+use crate::common::batch::{batch_expected, batch_inputs, BatchCase};
+use crate::common::calls::{self, Features, CAUSAL, NONE};
+use crate::common::expected::{expected, LseLayout};
+use crate::common::ragged::{paginate, ragged};
+use crate::common::{randn, RefOpts};
+use crate::varlen::paged_args;
+
+#[test]
+fn odd_head_dims_and_softcap_with_alibi_match_cpu() {
+    let Some((cpu, mut rng)) = gpu_and_rng("odd_head_dims_and_softcap_with_alibi_match_cpu") else {
+        return;
+    };
+    for dtype in DTYPES {
+        for (d, window, alibi, softcap) in [
+            (16, CAUSAL, false, None),
+            (40, NONE, false, None),
+            (96, (Some(20), Some(3)), true, None),
+            (160, CAUSAL, true, Some(6.0)),
+            (256, NONE, false, Some(3.0)),
+            (32, (None, Some(5)), true, Some(2.5)),
+        ] {
+            let c = BatchCase { b: 2, s_q: 97, s_k: 150, h: 6, h_k: 2, d, dtype, window, alibi, softcap, transposed: d % 32 == 0 };
+            let x = batch_inputs(&c, &mut rng);
+            let exp = batch_expected(&c, &x);
+            let mut args = vec![&x.q, &x.k, &x.v];
+            args.extend(x.slopes.as_ref());
+            let f = x.features(&c);
+            check_gpu_vs_cpu(&format!("{c:?}"), &cpu, &args, &exp, |a| {
+                out_only(calls::batch(&a[0], &a[1], &a[2], f.with_alibi(a.get(3))))
+            });
+            check_lse_variant(&format!("{c:?} forward_with_lse"), &cpu, &args, &exp, false, |a| {
+                with_lse(calls::batch_op(f.with_alibi(a.get(3))).forward_with_lse(&a[0], &a[1], &a[2]))
+            });
+        }
+    }
+}
+
+#[test]
+fn any_page_size_with_prefix_ranges_matches_cpu() {
+    let Some((cpu, mut rng)) = gpu_and_rng("any_page_size_with_prefix_ranges_matches_cpu") else {
+        return;
+    };
+    let lens = [(5, 300), (0, 16), (40, 40), (1, 129), (17, 0), (33, 70)];
+    for (n, (page, heads)) in [(1, (4, 2, 64)), (7, (8, 1, 96)), (16, (4, 4, 40)), (33, (6, 2, 128)), (100, (6, 3, 256))]
+        .into_iter()
+        .enumerate()
+    {
+        let dtype = DTYPES[n % 2];
+        let with_prefix = n % 2 == 0;
+        let x = ragged(&mut rng, &lens, heads, dtype);
+        let p = paginate(&mut rng, &x, page, 2);
+        let max = (40, 300);
+        let f = Features { scale: 0.6 / (heads.2 as f32).sqrt(), window: CAUSAL, alibi: None, softcap: (n == 3).then_some(4.0) };
+        // Two ranges per sequence, some holding query positions, one empty.
+        let ranges: Vec<Vec<(i64, i64)>> = lens
+            .iter()
+            .map(|&(_, s_k)| {
+                let a = rng.gen_range(0..s_k.max(1)) as i64;
+                vec![(a, a + rng.gen_range(1..40)), (5, 5)]
+            })
+            .collect();
+        let opts: Vec<RefOpts> = ranges
+            .iter()
+            .map(|r| RefOpts { mm_prefix: if with_prefix { r.clone() } else { vec![] }, ..f.ref_opts(max.1) })
+            .collect();
+        let exp = expected(&x.seqs(), &opts, heads, dtype, LseLayout::VarLen);
+        let flat: Vec<i32> = ranges.iter().flatten().flat_map(|&(a, b)| [a as i32, b as i32]).collect();
+        let ranges_t = Tensor::from_vec(flat, (lens.len(), 2, 2), &Device::Cpu).unwrap();
+        let (sq, sk) = x.seqlens();
+        let mut args = vec![&x.q, &p.k_pages, &p.v_pages, &sq, &sk, &p.table];
+        args.extend(with_prefix.then_some(&ranges_t));
+        let what = format!("paged {dtype:?} page {page} heads {heads:?} prefix {with_prefix}");
+        check_gpu_vs_cpu(&what, &cpu, &args, &exp, |a| {
+            let (kv, lens) = paged_args(a, page, max);
+            out_only(calls::paged(&a[0], &kv, a.get(6), &lens, f))
+        });
+        check_lse_variant(&format!("{what} with_lse"), &cpu, &args, &exp, true, |a| {
+            let (kv, lens) = paged_args(a, page, max);
+            with_lse(calls::paged_with_lse(&a[0], &kv, a.get(6), &lens, f))
+        });
+    }
+}
+
+#[test]
+fn split_decode_matches_cpu() {
+    let Some((cpu, mut rng)) = gpu_and_rng("split_decode_matches_cpu") else {
+        return;
+    };
+    // GQA 32/8 decode over long caches: few programs, so the plan splits the keys.
+    for (dtype, s_q, s_k, window) in [(DType::F16, 1, 5000, NONE), (DType::BF16, 3, 9001, CAUSAL), (DType::F16, 1, 3000, (Some(700), None))] {
+        let c = BatchCase { b: 2, s_q, s_k, h: 32, h_k: 8, d: 128, dtype, window, alibi: false, softcap: None, transposed: false };
+        let x = batch_inputs(&c, &mut rng);
+        let exp = batch_expected(&c, &x);
+        let f = x.features(&c);
+        check_lse_variant(&format!("{c:?}"), &cpu, &[&x.q, &x.k, &x.v], &exp, false, |a| {
+            with_lse(calls::batch_op(f).forward_with_lse(&a[0], &a[1], &a[2]))
+        });
+        // The same cache paged, one query row per sequence.
+        let lens = [(1, s_k), (1, s_k / 2 + 1)];
+        let r = ragged(&mut rng, &lens, (32, 8, 128), dtype);
+        let p = paginate(&mut rng, &r, 48, 1);
+        let max = (1, s_k);
+        let fp = Features { scale: 0.088, window, alibi: None, softcap: None };
+        let exp = expected(&r.seqs(), &vec![fp.ref_opts(max.1); 2], (32, 8, 128), dtype, LseLayout::VarLen);
+        let (sq, sk) = r.seqlens();
+        check_lse_variant(&format!("paged decode {dtype:?} {s_k}"), &cpu, &[&r.q, &p.k_pages, &p.v_pages, &sq, &sk, &p.table], &exp, true, |a| {
+            let (kv, lens) = paged_args(a, 48, max);
+            with_lse(calls::paged_with_lse(&a[0], &kv, None, &lens, fp))
+        });
+    }
+}
+
+#[test]
+fn calls_the_triton_path_cannot_serve_are_errors() {
+    let Some((_, mut rng)) = gpu_and_rng("calls_the_triton_path_cannot_serve_are_errors") else {
+        return;
+    };
+    let plain = |a: &[Tensor]| out_only(fa::flash_attn(&a[0], &a[1], &a[2], 0.125, true));
+    let f32_qkv = [0; 3].map(|_| randn(&mut rng, &[1, 16, 2, 64], DType::F32));
+    check_refused("f32", &f32_qkv.each_ref(), "f16 or bf16", plain);
+    let wide = [0; 3].map(|_| randn(&mut rng, &[1, 16, 2, 512], DType::F16));
+    check_refused("head dim 512", &wide.each_ref(), "head dim 512", plain);
+    // A view one element into its storage: rows are not 16-byte aligned.
+    let flat = randn(&mut rng, &[1 + 16 * 2 * 64], DType::BF16);
+    let q = flat.narrow(0, 1, 16 * 2 * 64).unwrap().reshape((1, 16, 2, 64)).unwrap();
+    check_refused("misaligned q", &[&q, &q, &q], "16-byte", plain);
+}

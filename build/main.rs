@@ -1,23 +1,32 @@
-//! Build script entry. The default build compiles nothing native; the `rocm` feature fetches
-//! Composable Kernel (CK), generates the selected fmha forward instances, and compiles them with
-//! the C++ shim into a static library (see the modules of this folder, one job each).
+//! Build script entry. Every build writes `$OUT_DIR/triton_kernels.rs`, the table of embedded
+//! Triton code objects (empty without the `triton` feature). `triton` (enabled by `rocm` and
+//! `cuda-verify`) compiles kernels/attention.py ahead of time for the requested AMD archs and/or
+//! sm_90; `rocm` also fetches Composable Kernel (CK), generates the selected fmha forward
+//! instances and compiles them with the C++ shim into a static library, for the requested archs
+//! CK serves (none: CK is skipped entirely). The modules of this folder do one job each.
 use std::env;
+use std::fs;
+use std::path::PathBuf;
 
-#[cfg(feature = "rocm")]
+#[cfg(feature = "triton")]
 mod cache_key;
 #[cfg(feature = "rocm")]
 mod codegen;
 #[cfg(feature = "rocm")]
 mod native;
-#[cfg(feature = "rocm")]
+#[cfg(feature = "triton")]
+mod python_env;
+#[cfg(feature = "triton")]
 mod selection;
 #[cfg(feature = "rocm")]
 mod sources;
 #[cfg(feature = "rocm")]
 mod toolchain;
+#[cfg(feature = "triton")]
+mod triton;
 
-/// Errors of the native build are messages for the person building: what is missing and what
-/// to install or set.
+/// Errors of the build are messages for the person building: what is missing and what to
+/// install or set.
 pub type BuildResult<T> = Result<T, String>;
 
 fn main() {
@@ -25,40 +34,107 @@ fn main() {
     println!("cargo:rerun-if-env-changed=DOCS_RS");
     // Set by build/native.rs when the forward kernels write the LSE (FLASH_ATTN_ROCM_LSE).
     println!("cargo:rustc-check-cfg=cfg(flash_attn_rocm_lse_kernels)");
-    if env::var_os("CARGO_FEATURE_ROCM").is_none() {
-        return;
-    }
-    // docs.rs has no ROCm: the Rust items still document, nothing native is built or linked;
-    // `rocm::BUILD_INFO` says so.
-    if env::var_os("DOCS_RS").is_some() {
-        println!("cargo:rustc-env=FLASH_ATTN_ROCM_BUILD_INFO=docs build: no native library");
-    } else {
-        build_native();
-    }
-}
-
-#[cfg(feature = "rocm")]
-fn build_native() {
-    if let Err(message) = build_rocm() {
-        eprintln!("\nflash-attn-rocm: the ROCm build failed:\n{message}\n");
+    // Set when the CK library and its shim were built (a `rocm` build with a CK arch).
+    println!("cargo:rustc-check-cfg=cfg(flash_attn_rocm_ck)");
+    let result = if env::var_os("DOCS_RS").is_some() { docs_build() } else { build() };
+    if let Err(message) = result {
+        eprintln!("\nflash-attn-rocm: the build failed:\n{message}\n");
         std::process::exit(1);
     }
 }
 
-/// Unreachable without the feature (checked above); keeps `main` free of cfg branches.
-#[cfg(not(feature = "rocm"))]
-fn build_native() {}
+/// docs.rs has no GPU toolchain: the Rust items still document, nothing is compiled or linked;
+/// `rocm::BUILD_INFO` says so.
+fn docs_build() -> BuildResult<()> {
+    if cfg!(feature = "rocm") {
+        println!("cargo:rustc-env=FLASH_ATTN_ROCM_BUILD_INFO=docs build: no native library");
+    }
+    write_empty_table()
+}
+
+fn write_empty_table() -> BuildResult<()> {
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
+    let path = out_dir.join("triton_kernels.rs");
+    fs::write(&path, "pub static KERNELS: &[KernelImage] = &[];\n")
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+#[cfg(not(feature = "triton"))]
+fn build() -> BuildResult<()> {
+    write_empty_table()
+}
+
+#[cfg(feature = "triton")]
+fn build() -> BuildResult<()> {
+    #[cfg(feature = "rocm")]
+    let amd_archs = selection::amd_archs()?;
+    #[cfg(not(feature = "rocm"))]
+    let amd_archs: Vec<String> = Vec::new();
+    let cuda_target = cfg!(feature = "cuda-verify").then(|| "sm_90".to_string());
+    let targets = amd_archs.iter().cloned().chain(cuda_target).collect();
+    let triton_selection = selection::TritonSelection::from_env(targets)?;
+    // The CK selection and toolchain are checked before the Triton compile, so that a bad
+    // variable or a missing ROCm fails in seconds.
+    #[cfg(feature = "rocm")]
+    let ck_plan = plan_ck(&amd_archs)?;
+    triton::build(&triton_selection)?;
+    #[cfg(feature = "rocm")]
+    finish_rocm(&amd_archs, &triton_selection, ck_plan)?;
+    Ok(())
+}
+
+/// What the CK half of a `rocm` build compiles, and with what.
+#[cfg(feature = "rocm")]
+struct CkPlan {
+    selection: selection::Selection,
+    toolchain: toolchain::Toolchain,
+}
+
+/// `None` when no requested arch is a CK arch: then no ROCm is needed at build time.
+#[cfg(feature = "rocm")]
+fn plan_ck(archs: &[String]) -> BuildResult<Option<CkPlan>> {
+    match selection::Selection::from_env(archs)? {
+        Some(selection) => Ok(Some(CkPlan { toolchain: toolchain::Toolchain::find()?, selection })),
+        None => Ok(None),
+    }
+}
+
+/// Builds CK when planned, then sets `rocm::BUILD_INFO`.
+#[cfg(feature = "rocm")]
+fn finish_rocm(archs: &[String], triton: &selection::TritonSelection, ck: Option<CkPlan>) -> BuildResult<()> {
+    let ck_info = match ck {
+        Some(plan) => {
+            build_ck(&plan)?;
+            format!("CK for {} ({})", plan.selection.archs.join(","), plan.selection.describe())
+        }
+        None => {
+            let ck_archs = selection::CK_ARCHS.join(",");
+            println!(
+                "cargo:warning=flash-attn-rocm: CK skipped: none of {} is a CK arch ({ck_archs}); Triton kernels only",
+                archs.join(",")
+            );
+            format!("no CK (it serves {ck_archs})")
+        }
+    };
+    let amd: Vec<&str> = triton.targets.iter().map(String::as_str).filter(|t| t.starts_with("gfx")).collect();
+    println!(
+        "cargo:rustc-env=FLASH_ATTN_ROCM_BUILD_INFO={}: Triton for {} ({}); {ck_info}",
+        archs.join(","),
+        amd.join(","),
+        triton.describe()
+    );
+    Ok(())
+}
 
 #[cfg(feature = "rocm")]
-fn build_rocm() -> BuildResult<()> {
+fn build_ck(plan: &CkPlan) -> BuildResult<()> {
     let start = std::time::Instant::now();
-    let toolchain = toolchain::Toolchain::find()?;
-    let selection = selection::Selection::from_env(&toolchain)?;
-    let ck = sources::CkSources::locate(&toolchain)?;
+    let (toolchain, selection) = (&plan.toolchain, &plan.selection);
+    let ck = sources::CkSources::locate(toolchain)?;
     let bridge_headers = native::compile_bridge()?;
-    let key = cache_key::CacheKey::new(&ck, &toolchain, &selection)?;
-    let build_dir = key.directory()?;
-    let generated = codegen::generate(&ck, &toolchain, &selection, &build_dir)?;
+    let key = cache_key::CacheKey::new(&ck, toolchain, selection)?;
+    let build_dir = key.directory("")?;
+    let generated = codegen::generate(&ck, toolchain, selection, &build_dir)?;
     println!(
         "cargo:warning=flash-attn-rocm: {} CK instances for {} ({}; build cache {})",
         generated.instance_count(),
@@ -66,11 +142,9 @@ fn build_rocm() -> BuildResult<()> {
         selection.describe(),
         build_dir.display()
     );
-    native::compile_kernels(&ck, &toolchain, &selection, &generated, &bridge_headers, &build_dir)?;
-    native::link(&toolchain, &build_dir);
-    println!(
-        "cargo:warning=flash-attn-rocm: native build took {:.0} s",
-        start.elapsed().as_secs_f64()
-    );
+    native::compile_kernels(&ck, toolchain, selection, &generated, &bridge_headers, &build_dir)?;
+    native::link(toolchain, &build_dir);
+    println!("cargo:rustc-cfg=flash_attn_rocm_ck");
+    println!("cargo:warning=flash-attn-rocm: CK build took {:.0} s", start.elapsed().as_secs_f64());
     Ok(())
 }

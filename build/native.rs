@@ -20,6 +20,10 @@ pub struct BridgeHeaders(PathBuf);
 /// Generates and compiles the C++ half of `#[cxx::bridge]`. It is linked before the CK library
 /// (it calls into the shim), so it is compiled first.
 pub fn compile_bridge() -> BuildResult<BridgeHeaders> {
+    // The bridge's C++ functions are `#[cfg(flash_attn_rocm_ck)]`, a cfg this script emits for
+    // rustc; cxx-build reads cfgs from CARGO_CFG_* and takes unknown ones as false. The build
+    // script is single-threaded here (nothing reads the environment concurrently).
+    env::set_var("CARGO_CFG_FLASH_ATTN_ROCM_CK", "");
     cxx_build::bridge(BRIDGE_RS).std("c++17").compile("flash_attn_rocm_bridge");
     let out_dir = PathBuf::from(env::var("OUT_DIR").map_err(|e| e.to_string())?);
     Ok(BridgeHeaders(out_dir.join("cxxbridge/include")))
@@ -87,7 +91,6 @@ fn stage_sources(src: &Path, bridge: &BridgeHeaders, selection: &Selection) -> B
         info.replace('\\', "\\\\").replace('"', "\\\""),
         u8::from(selection.paged)
     );
-    println!("cargo:rustc-env=FLASH_ATTN_ROCM_BUILD_INFO={info}");
     if selection.lse {
         println!("cargo:rustc-cfg=flash_attn_rocm_lse_kernels");
     }

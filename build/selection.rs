@@ -1,27 +1,53 @@
-//! Which kernels to build, from the environment: GPU archs, head dims, dtypes, optional LSE and
-//! paged-KV kernels, and an optional name filter.
-use crate::toolchain::{run_capture, Toolchain};
+//! Which kernels to build, from the environment: the GPU archs (Triton kernels for all of them,
+//! CK for those CK serves), and per kernel set its head dims, dtypes, options and name filter.
 use crate::BuildResult;
 use std::env;
+#[cfg(feature = "rocm")]
+use std::path::PathBuf;
+#[cfg(feature = "rocm")]
 use std::process::Command;
 
+/// AMD archs the Triton kernels are built for (each checked to compile with triton 3.6's AMD
+/// backend): CDNA (wave64, MFMA) and RDNA 3 / 3.5 / 4 (wave32, WMMA).
+#[cfg(feature = "rocm")]
+const TRITON_ARCHS: [&str; 12] = [
+    "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152",
+    "gfx1200", "gfx1201",
+];
 /// CK's fmha forward pipelines here use MFMA; this CK version miscompiles gfx11/gfx12 (WMMA).
-const SUPPORTED_ARCHS: [&str; 3] = ["gfx90a", "gfx942", "gfx950"];
+#[cfg(feature = "rocm")]
+pub const CK_ARCHS: [&str; 3] = ["gfx90a", "gfx942", "gfx950"];
+#[cfg(feature = "rocm")]
 const FALLBACK_ARCH: &str = "gfx942";
 /// Head dims CK's receipt-2 forward tiles cover (hdim_q == hdim_v).
+#[cfg(feature = "rocm")]
 const SUPPORTED_HDIMS: [u32; 7] = [32, 64, 96, 128, 160, 192, 256];
+#[cfg(feature = "rocm")]
 const DEFAULT_HDIMS: &str = "64,128";
+/// Head-dim tiles of the Triton kernels (powers of two; aot.py's BLOCK_DIMS).
+const TRITON_DIMS: [u32; 4] = [32, 64, 128, 256];
+const DEFAULT_TRITON_DIMS: &str = "32,64,128,256";
 const SUPPORTED_DTYPES: [&str; 2] = ["fp16", "bf16"];
 const DEFAULT_DTYPES: &str = "fp16,bf16";
 
+#[cfg(feature = "rocm")]
 pub const ENV_ARCHS: &str = "FLASH_ATTN_ROCM_ARCHS";
+#[cfg(feature = "rocm")]
 pub const ENV_HDIMS: &str = "FLASH_ATTN_ROCM_HDIMS";
 pub const ENV_DTYPES: &str = "FLASH_ATTN_ROCM_DTYPES";
+#[cfg(feature = "rocm")]
 pub const ENV_LSE: &str = "FLASH_ATTN_ROCM_LSE";
+#[cfg(feature = "rocm")]
 pub const ENV_PAGED: &str = "FLASH_ATTN_ROCM_PAGED";
+#[cfg(feature = "rocm")]
 pub const ENV_FILTER: &str = "FLASH_ATTN_ROCM_FILTER";
+pub const ENV_TRITON_DIMS: &str = "FLASH_ATTN_ROCM_TRITON_DIMS";
+pub const ENV_TRITON_FILTER: &str = "FLASH_ATTN_ROCM_TRITON_FILTER";
 
+/// The CK kernel set.
+#[cfg(feature = "rocm")]
 pub struct Selection {
+    /// The requested archs CK serves (never empty: CK is skipped otherwise).
     pub archs: Vec<String>,
     pub hdims: Vec<u32>,
     pub dtypes: Vec<String>,
@@ -35,39 +61,34 @@ pub struct Selection {
     pub filter: String,
 }
 
+#[cfg(feature = "rocm")]
 impl Selection {
-    pub fn from_env(toolchain: &Toolchain) -> BuildResult<Self> {
-        for var in [ENV_ARCHS, ENV_HDIMS, ENV_DTYPES, ENV_LSE, ENV_PAGED, ENV_FILTER] {
+    /// The CK selection for the CK archs among `archs`, or `None` when there are none.
+    pub fn from_env(archs: &[String]) -> BuildResult<Option<Self>> {
+        for var in [ENV_HDIMS, ENV_LSE, ENV_PAGED, ENV_FILTER] {
             println!("cargo:rerun-if-env-changed={var}");
         }
-        let archs = match env::var(ENV_ARCHS) {
-            Ok(list) if !list.trim().is_empty() => parse_archs(&list)?,
-            _ => local_archs(toolchain)?,
-        };
+        let archs: Vec<String> = archs.iter().filter(|a| CK_ARCHS.contains(&a.as_str())).cloned().collect();
         let hdims = list_var(ENV_HDIMS, DEFAULT_HDIMS)
             .iter()
-            .map(|h| parse_hdim(h))
+            .map(|h| parse_dim(h, ENV_HDIMS, &SUPPORTED_HDIMS, "a CK forward tile"))
             .collect::<BuildResult<Vec<_>>>()?;
-        let dtypes = list_var(ENV_DTYPES, DEFAULT_DTYPES);
-        if let Some(bad) = dtypes.iter().find(|d| !SUPPORTED_DTYPES.contains(&d.as_str())) {
-            return Err(format!("{ENV_DTYPES}: `{bad}` is not one of {SUPPORTED_DTYPES:?}"));
-        }
-        Ok(Selection {
+        let selection = Selection {
             archs,
             hdims,
-            dtypes,
+            dtypes: dtypes()?,
             lse: flag_var(ENV_LSE, true)?,
             paged: flag_var(ENV_PAGED, true)?,
             filter: env::var(ENV_FILTER).unwrap_or_default(),
-        })
+        };
+        Ok(Some(selection).filter(|s| !s.archs.is_empty()))
     }
 
     /// One line for the build log and the cache key.
     pub fn describe(&self) -> String {
-        let hdims: Vec<String> = self.hdims.iter().map(u32::to_string).collect();
         format!(
             "hdims {}, dtypes {}, lse {}, paged {}, filter '{}'",
-            hdims.join(","),
+            join(&self.hdims),
             self.dtypes.join(","),
             self.lse,
             self.paged,
@@ -76,11 +97,56 @@ impl Selection {
     }
 }
 
+/// The Triton kernel set: every variant of kernels/aot.py for these targets, tiles and dtypes
+/// whose name matches the filter (the merge kernels always).
+pub struct TritonSelection {
+    /// AMD archs, then `sm_90` with `cuda-verify`.
+    pub targets: Vec<String>,
+    pub block_dims: Vec<u32>,
+    pub dtypes: Vec<String>,
+    /// Comma-separated globs on variant names (aot.py --filter); empty keeps all.
+    pub filter: String,
+}
+
+impl TritonSelection {
+    pub fn from_env(targets: Vec<String>) -> BuildResult<Self> {
+        for var in [ENV_TRITON_DIMS, ENV_TRITON_FILTER] {
+            println!("cargo:rerun-if-env-changed={var}");
+        }
+        let block_dims = list_var(ENV_TRITON_DIMS, DEFAULT_TRITON_DIMS)
+            .iter()
+            .map(|d| parse_dim(d, ENV_TRITON_DIMS, &TRITON_DIMS, "a Triton head-dim tile"))
+            .collect::<BuildResult<Vec<_>>>()?;
+        let filter = env::var(ENV_TRITON_FILTER).unwrap_or_default().trim().to_string();
+        Ok(TritonSelection { targets, block_dims, dtypes: dtypes()?, filter })
+    }
+
+    /// One line for the build log, `BUILD_INFO` and the cache key.
+    pub fn describe(&self) -> String {
+        format!("tiles {}, dtypes {}, filter '{}'", join(&self.block_dims), self.dtypes.join(","), self.filter)
+    }
+}
+
+/// FLASH_ATTN_ROCM_DTYPES, shared by both kernel sets.
+fn dtypes() -> BuildResult<Vec<String>> {
+    println!("cargo:rerun-if-env-changed={ENV_DTYPES}");
+    let dtypes = list_var(ENV_DTYPES, DEFAULT_DTYPES);
+    match dtypes.iter().find(|d| !SUPPORTED_DTYPES.contains(&d.as_str())) {
+        Some(bad) => Err(format!("{ENV_DTYPES}: `{bad}` is not one of {SUPPORTED_DTYPES:?}")),
+        None => Ok(dtypes),
+    }
+}
+
+fn join(values: &[u32]) -> String {
+    values.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
 fn list_var(var: &str, default: &str) -> Vec<String> {
     let value = env::var(var).ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| default.to_string());
     value.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
 }
 
+#[cfg(feature = "rocm")]
 fn flag_var(var: &str, default: bool) -> BuildResult<bool> {
     match env::var(var).as_deref() {
         Err(_) | Ok("") => Ok(default),
@@ -90,61 +156,90 @@ fn flag_var(var: &str, default: bool) -> BuildResult<bool> {
     }
 }
 
-fn parse_hdim(text: &str) -> BuildResult<u32> {
+fn parse_dim(text: &str, var: &str, supported: &[u32], what: &str) -> BuildResult<u32> {
     match text.parse::<u32>() {
-        Ok(h) if SUPPORTED_HDIMS.contains(&h) => Ok(h),
+        Ok(d) if supported.contains(&d) => Ok(d),
         _ => Err(format!(
-            "{ENV_HDIMS}: `{text}` is not a CK forward tile; choose among {SUPPORTED_HDIMS:?} \
-             (a head dim d runs on the smallest built tile >= d, d a multiple of 8)"
+            "{var}: `{text}` is not {what}; choose among {supported:?} \
+             (a head dim d runs on the smallest built tile >= d)"
         )),
     }
 }
 
+/// FLASH_ATTN_ROCM_ARCHS, else the GPUs of this machine, else gfx942.
+#[cfg(feature = "rocm")]
+pub fn amd_archs() -> BuildResult<Vec<String>> {
+    for var in [ENV_ARCHS, "ROCM_PATH", "HIP_PATH", "PATH"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    match env::var(ENV_ARCHS) {
+        Ok(list) if !list.trim().is_empty() => parse_archs(&list),
+        _ => local_archs(),
+    }
+}
+
+#[cfg(feature = "rocm")]
 fn parse_archs(list: &str) -> BuildResult<Vec<String>> {
-    let archs: Vec<String> = list.split(',').map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
-    if let Some(bad) = archs.iter().find(|a| !SUPPORTED_ARCHS.contains(&a.as_str())) {
-        return Err(unsupported_arch_message(bad));
+    let mut archs: Vec<String> = Vec::new();
+    for arch in list.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        if !TRITON_ARCHS.contains(&arch) {
+            return Err(unsupported_arch_message(arch));
+        }
+        if !archs.iter().any(|a| a == arch) {
+            archs.push(arch.to_string());
+        }
     }
     Ok(archs)
 }
 
+#[cfg(feature = "rocm")]
 fn unsupported_arch_message(arch: &str) -> String {
     format!(
-        "GPU arch `{arch}` is not supported: CK's fmha forward kernels in this CK version use \
-         MFMA instructions and build only for {SUPPORTED_ARCHS:?} (Instinct MI200/MI300/MI350); \
-         gfx11/gfx12 (RDNA) would compile to wrong code. Set {ENV_ARCHS} to a subset of those."
+        "GPU arch `{arch}` is not supported: the Triton kernels build for {TRITON_ARCHS:?}, and \
+         CK's fmha kernels (MFMA only) additionally for the Instinct archs among them, \
+         {CK_ARCHS:?}. Set {ENV_ARCHS} to a subset of those."
     )
 }
 
-/// The GPUs of this machine (amdgpu-arch, else rocminfo), else gfx942 when none is visible.
-fn local_archs(toolchain: &Toolchain) -> BuildResult<Vec<String>> {
-    let found = detect_gpu_archs(toolchain);
+/// The GPUs of this machine (amdgpu-arch, else rocminfo) that we build for, else gfx942 when
+/// none is visible.
+#[cfg(feature = "rocm")]
+fn local_archs() -> BuildResult<Vec<String>> {
+    let found = detect_gpu_archs();
     if found.is_empty() {
         println!("cargo:warning=flash-attn-rocm: no AMD GPU detected, building for {FALLBACK_ARCH} (set {ENV_ARCHS} to choose)");
         return Ok(vec![FALLBACK_ARCH.to_string()]);
     }
-    let supported: Vec<String> = found.iter().filter(|a| SUPPORTED_ARCHS.contains(&a.as_str())).cloned().collect();
+    let supported: Vec<String> = found.iter().filter(|a| TRITON_ARCHS.contains(&a.as_str())).cloned().collect();
     if supported.is_empty() {
         return Err(unsupported_arch_message(&found[0]));
     }
     Ok(supported)
 }
 
-fn detect_gpu_archs(toolchain: &Toolchain) -> Vec<String> {
-    let bin = toolchain.rocm_root.join("bin");
-    let tools = [bin.join("amdgpu-arch"), "amdgpu-arch".into(), bin.join("rocminfo"), "rocminfo".into()];
+/// Looks for the tools under $ROCM_PATH, $HIP_PATH and /opt/rocm, then on PATH; no ROCm
+/// install is required (an RDNA-only build needs none).
+#[cfg(feature = "rocm")]
+fn detect_gpu_archs() -> Vec<String> {
+    let mut roots: Vec<PathBuf> = ["ROCM_PATH", "HIP_PATH"].iter().filter_map(env::var_os).map(PathBuf::from).collect();
+    roots.push(PathBuf::from("/opt/rocm"));
+    let mut tools: Vec<PathBuf> = Vec::new();
+    for name in ["amdgpu-arch", "rocminfo"] {
+        tools.extend(roots.iter().map(|root| root.join("bin").join(name)));
+        tools.push(PathBuf::from(name));
+    }
     for tool in tools {
-        if let Ok(out) = run_capture(&mut Command::new(&tool)) {
-            let mut archs: Vec<String> = out
-                .split_whitespace()
-                .filter(|w| w.starts_with("gfx") && w.len() > 3)
-                .map(|w| w.split(':').next().unwrap_or(w).to_string())
-                .collect();
-            archs.sort();
-            archs.dedup();
-            if !archs.is_empty() {
-                return archs;
-            }
+        let Ok(out) = Command::new(&tool).output() else { continue };
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut archs: Vec<String> = text
+            .split_whitespace()
+            .filter(|w| w.starts_with("gfx") && w.len() > 3)
+            .map(|w| w.split(':').next().unwrap_or(w).to_string())
+            .collect();
+        archs.sort();
+        archs.dedup();
+        if out.status.success() && !archs.is_empty() {
+            return archs;
         }
     }
     Vec::new()

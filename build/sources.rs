@@ -1,7 +1,7 @@
 //! Where Composable Kernel comes from: FLASH_ATTN_ROCM_CK_DIR, or the pinned flash-attn sdist
 //! (see third_party/README.md), downloaded once through pip's index into a cache outside the
 //! source tree.
-use crate::cache_key::hash_tree;
+use crate::cache_key::{cache_root, hash_tree, offline, ENV_OFFLINE};
 use crate::toolchain::{run_capture, Toolchain};
 use crate::BuildResult;
 use std::env;
@@ -18,8 +18,6 @@ const SDIST_SHA256: &str = "d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab0
 const SDIST_CK_SUBDIR: &str = "csrc/composable_kernel";
 
 pub const ENV_CK_DIR: &str = "FLASH_ATTN_ROCM_CK_DIR";
-pub const ENV_OFFLINE: &str = "FLASH_ATTN_ROCM_OFFLINE";
-pub const ENV_CACHE: &str = "FLASH_ATTN_ROCM_CACHE";
 
 pub struct CkSources {
     /// The composable_kernel root: include/ck_tile and example/ck_tile/01_fmha.
@@ -39,7 +37,7 @@ impl CkSources {
     }
 
     pub fn locate(toolchain: &Toolchain) -> BuildResult<Self> {
-        for var in [ENV_CK_DIR, ENV_OFFLINE, ENV_CACHE, "PIP_INDEX_URL", "HOME", "XDG_CACHE_HOME"] {
+        for var in [ENV_CK_DIR, "PIP_INDEX_URL"] {
             println!("cargo:rerun-if-env-changed={var}");
         }
         let sources = match env::var_os(ENV_CK_DIR) {
@@ -66,23 +64,11 @@ fn from_user_tree(root: PathBuf) -> BuildResult<CkSources> {
     Ok(CkSources { root, identity })
 }
 
-/// The cache root: FLASH_ATTN_ROCM_CACHE, else $XDG_CACHE_HOME or ~/.cache, /flash-attn-rocm.
-pub fn cache_root() -> BuildResult<PathBuf> {
-    if let Some(dir) = env::var_os(ENV_CACHE) {
-        return Ok(PathBuf::from(dir));
-    }
-    let base = env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .ok_or_else(|| format!("no cache directory: set {ENV_CACHE} (or HOME)"))?;
-    Ok(base.join("flash-attn-rocm"))
-}
-
 fn from_sdist(toolchain: &Toolchain) -> BuildResult<CkSources> {
     let dest = cache_root()?.join("sources").join(format!("flash_attn-{SDIST_VERSION}-{}", &SDIST_SHA256[..16]));
     let root = dest.join(format!("flash_attn-{SDIST_VERSION}")).join(SDIST_CK_SUBDIR);
     if !is_complete(&dest) {
-        if env::var_os(ENV_OFFLINE).is_some_and(|v| v != "0") {
+        if offline() {
             return Err(format!(
                 "{ENV_OFFLINE} is set and the CK sources are not cached at {}. Either unset it so \
                  the build downloads {SDIST_FILE} ({SDIST_SIZE} bytes, sha256 {SDIST_SHA256}) \

@@ -6,8 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub struct Toolchain {
-    /// ROCm prefix: holds include/hip/hip_runtime.h (/opt/rocm, or /usr for distro packages).
-    pub rocm_root: PathBuf,
     /// The directory holding libamdhip64.so.
     pub hip_lib_dir: PathBuf,
     pub hipcc: PathBuf,
@@ -43,7 +41,7 @@ impl Toolchain {
         let hip_version = parse_hip_version(&version_text).ok_or_else(|| {
             format!("cannot read the HIP version from `{} --version`:\n{version_text}", hipcc.display())
         })?;
-        Ok(Toolchain { rocm_root, hip_lib_dir, hipcc, python, version_text, amd_clang, hip_version })
+        Ok(Toolchain { hip_lib_dir, hipcc, python, version_text, amd_clang, hip_version })
     }
 
     /// Device-compiler flags for every translation unit, after flash-attention's setup.py.

@@ -1,7 +1,8 @@
 //! The one bridge to the C++ shim (csrc/): a plain struct holding exactly what reaches CK's
 //! `fmha_fwd_traits`/`fmha_fwd_args` (or the split-KV pair for paged K/V), and the launch
 //! function. The struct is compiled in every build so that host tests can check the marshalling
-//! without ROCm; the C++ functions exist only with the `rocm` feature.
+//! without ROCm; the C++ functions exist only when CK was built (`rocm` feature and a CK arch
+//! among `FLASH_ATTN_ROCM_ARCHS`: cfg `flash_attn_rocm_ck`).
 
 #[cxx::bridge(namespace = "flash_attn_rocm")]
 pub mod bridge {
@@ -113,7 +114,8 @@ pub mod bridge {
         o_acc_ptr: usize,
     }
 
-    #[cfg(feature = "rocm")]
+    // Only when the build script built CK and the shim (a `rocm` build with a CK arch).
+    #[cfg(flash_attn_rocm_ck)]
     unsafe extern "C++" {
         include!("flash-attn-rocm/csrc/fmha_shim.h");
 

@@ -1,29 +1,62 @@
 //! The low-level API: launch CK's forward kernel on raw device pointers and a HIP stream, for
-//! users outside Candle (and for the Candle glue, which fills the same struct).
-use super::ffi::{bridge, CkFwdParams};
+//! users outside Candle (and for the Candle glue, which fills the same struct). In a `rocm`
+//! build whose archs include none CK serves (RDNA only), CK and its shim are not built: the
+//! functions are still here and return an `Err` that says so.
+#[cfg(flash_attn_rocm_ck)]
+use super::ffi::bridge;
+use super::ffi::CkFwdParams;
 
-/// What the native library was built with: GPU archs, head-dim tiles, dtypes, LSE and paged
-/// kernels, name filter. Error messages quote it; rebuild with `FLASH_ATTN_ROCM_*` to change it.
+/// What this build holds: the requested GPU archs, then the archs with Triton kernels (head-dim
+/// tiles, dtypes, filter) and those with CK kernels (head-dim tiles, dtypes, LSE and paged
+/// kernels, name filter), or "no CK". Error messages quote it; rebuild with
+/// `FLASH_ATTN_ROCM_*` to change it.
 pub const BUILD_INFO: &str = env!("FLASH_ATTN_ROCM_BUILD_INFO");
 
 /// Launches CK's fmha forward for `params` on `params.stream`; returns once it is queued.
 ///
 /// Errors name the cause: no kernel built for the call (with the variables to rebuild with),
-/// arguments CK rejects, or a HIP error.
+/// arguments CK rejects, a HIP error, or (builds without a CK arch) CK not being built.
 ///
 /// # Safety
 /// Every non-zero pointer in `params` must be a device allocation of the current HIP device,
 /// large enough for the sizes and strides given, and stay alive (and, for inputs, unchanged)
 /// until the stream has run the kernel; the output and LSE buffers must not alias inputs.
 /// `params.stream` must be a live `hipStream_t` of that device, or 0 for the null stream.
+#[cfg(flash_attn_rocm_ck)]
 pub unsafe fn fmha_fwd(params: &CkFwdParams) -> candle::Result<()> {
     // SAFETY: the caller upholds the pointer, lifetime and stream contract stated above, which
     // is exactly what the shim requires.
     unsafe { bridge::ck_fmha_fwd(params) }.map_err(|e| candle::Error::Msg(e.what().to_string()))
 }
 
-/// Number of visible HIP devices (0 without a GPU or driver).
+/// Launches CK's fmha forward: in this build, always an `Err` (CK was not built).
+///
+/// # Safety
+/// As for the CK build's `fmha_fwd`; this one touches nothing.
+#[cfg(not(flash_attn_rocm_ck))]
+pub unsafe fn fmha_fwd(_params: &CkFwdParams) -> candle::Result<()> {
+    Err(no_ck("fmha_fwd"))
+}
+
+/// Number of visible HIP devices (0 without a GPU or driver). Asks HIP through the CK shim, so
+/// a build without CK returns an `Err`.
+#[cfg(flash_attn_rocm_ck)]
 pub fn device_count() -> candle::Result<usize> {
     let count = bridge::hip_device_count().map_err(|e| candle::Error::Msg(e.what().to_string()))?;
     Ok(usize::try_from(count).unwrap_or(0))
+}
+
+/// Number of visible HIP devices: in this build, an `Err` (it asks HIP through the CK shim,
+/// which was not built).
+#[cfg(not(flash_attn_rocm_ck))]
+pub fn device_count() -> candle::Result<usize> {
+    Err(no_ck("device_count"))
+}
+
+#[cfg(not(flash_attn_rocm_ck))]
+fn no_ck(what: &str) -> candle::Error {
+    candle::Error::Msg(format!(
+        "rocm::{what}: Composable Kernel was not built for this build's archs ({BUILD_INFO}); rebuild \
+         with FLASH_ATTN_ROCM_ARCHS including gfx90a, gfx942 or gfx950 to get it"
+    ))
 }

@@ -3,7 +3,8 @@
 //! [`ffi`] holds the shared argument struct ([`CkFwdParams`]), compiled in every build so the
 //! marshalling is testable on any machine; [`marshal`] fills it from a validated
 //! [`crate::params::AttnCall`]. With the `rocm` feature, `fmha_fwd` launches it: the low-level
-//! API over raw device pointers and a `hipStream_t`.
+//! API over raw device pointers and a `hipStream_t` (an `Err` in builds whose archs include no
+//! CK arch, where CK is not built; see `BUILD_INFO`).
 
 #[cfg(feature = "candle-rocm")]
 pub(crate) mod candle_glue;

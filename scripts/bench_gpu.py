@@ -1,0 +1,83 @@
+"""The GPU benchmark of the Triton path beside PyTorch, in one run, shape by shape.
+
+    python3 scripts/bench_gpu.py BENCH_BINARY [--quick]
+
+BENCH_BINARY is the `bench_gpu` example (built with `--features cuda-verify` for NVIDIA or
+`rocm` for AMD). Prefill: f16/bf16, d=128, 16 heads, b*s = 16384 tokens, s = 2048..16384,
+causal and not, our TFLOP/s beside `scaled_dot_product_attention` restricted to its flash
+backend. Decode: b = 1..16, 32 query / 8 k/v heads, d=128, s_k = 4k..128k, the K/V bytes
+read per second as a fraction of the GPU's device-to-device copy bandwidth (read + write).
+"""
+
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def timed(fn, reps=7):
+    fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    iters = max(1, min(1000, int(0.02 / (time.perf_counter() - t) + 1)))
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t) / iters)
+    return statistics.median(times)
+
+
+def ours(binary, *args):
+    out = subprocess.run([binary, *map(str, args)], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{binary} {args}: {out.stderr.strip()}")
+    return dict(kv.split("=") for kv in out.stdout.split())
+
+
+def copy_bandwidth():
+    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    return 2 * x.numel() / timed(lambda: y.copy_(x)) / 1e9
+
+
+def main():
+    binary = sys.argv[1]
+    quick = "--quick" in sys.argv
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    bw = copy_bandwidth()
+    print(f"# device-to-device copy bandwidth (read + write): {bw:.0f} GB/s")
+    print("| prefill | dtype | b x s | causal | ours TFLOP/s | SDPA flash TFLOP/s | ours / SDPA |")
+    print("|---|---|---|---|---|---|---|")
+    for dtype_name, dtype in (("f16", torch.float16), ("bf16", torch.bfloat16)):
+        for s in ((2048, 8192) if quick else (2048, 4096, 8192, 16384)):
+            b, h, d = 16384 // s, 16, 128
+            for causal in (False, True):
+                q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(3))
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    t = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                flops = 4 * b * h * s * s * d / (2 if causal else 1)
+                torch_tf = flops / t / 1e12
+                r = ours(binary, "prefill", dtype_name, b, s, h, d, int(causal))
+                ratio = float(r["tflops"]) / torch_tf
+                print(f"| | {dtype_name} | {b} x {s} | {causal} | {r['tflops']} | {torch_tf:.1f} | {ratio:.2f} |")
+                del q, k, v
+    print()
+    print("| decode (GQA 32/8, d=128, f16) | b | s_k | splits | ours ms | K/V GB/s | fraction of copy bandwidth |")
+    print("|---|---|---|---|---|---|---|")
+    for b in ((1, 16) if quick else (1, 4, 16)):
+        for s_k in ((4096, 131072) if quick else (4096, 16384, 32768, 131072)):
+            r = ours(binary, "decode", "f16", b, s_k, 32, 8, 128)
+            print(f"| | {b} | {s_k} | {r['splits']} | {r['ms']} | {r['kv_gbps']} | {float(r['kv_gbps']) / bw:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

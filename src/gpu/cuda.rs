@@ -1,0 +1,252 @@
+//! The CUDA driver API (NVIDIA): `libcuda.so.1` loaded at run time. Constants are the values of
+//! CUDA's `cuda.h` (`CUresult`, `CUdevice_attribute`, `CUfunction_attribute`), stable across
+//! CUDA versions.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void};
+use std::sync::{Mutex, PoisonError};
+
+use super::loader::{driver_functions, open_first};
+use super::{call, text_or_unknown, Api, Backend, GpuResult, Handle, SharedCalls};
+
+const LIBRARY_NAMES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
+
+/// `CUDA_ERROR_NO_DEVICE`.
+const CUDA_ERROR_NO_DEVICE: i32 = 100;
+const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: i32 = 16;
+const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: i32 = 75;
+const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: i32 = 76;
+const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
+/// Dynamic shared memory a kernel may use without opting in.
+const DEFAULT_DYNAMIC_SHARED_LIMIT: u32 = 48 * 1024;
+
+/// `CUdeviceptr`.
+type DevicePtr = u64;
+
+driver_functions! {
+    /// The CUDA functions this layer calls, with their C signatures (`CUresult`,
+    /// `CUdevice_attribute` and `CUfunction_attribute` are int enums, `CUdevice` an int;
+    /// `CUcontext`, `CUmodule`, `CUfunction` and `CUstream` are pointers). `_v2` names are the
+    /// 64-bit entry points the `cuda.h` macros select.
+    struct CudaFunctions {
+        cuInit: fn(u32) -> i32;
+        cuDeviceGet: fn(*mut i32, i32) -> i32;
+        cuDeviceGetCount: fn(*mut i32) -> i32;
+        cuDeviceGetAttribute: fn(*mut i32, i32, i32) -> i32;
+        cuDevicePrimaryCtxRetain: fn(*mut Handle, i32) -> i32;
+        cuCtxSetCurrent: fn(Handle) -> i32;
+        cuCtxGetDevice: fn(*mut i32) -> i32;
+        cuCtxSynchronize: fn() -> i32;
+        cuModuleLoadData: fn(*mut Handle, *const c_void) -> i32;
+        cuModuleUnload: fn(Handle) -> i32;
+        cuModuleGetFunction: fn(*mut Handle, Handle, *const c_char) -> i32;
+        cuFuncSetAttribute: fn(Handle, i32, i32) -> i32;
+        cuLaunchKernel: fn(Handle, u32, u32, u32, u32, u32, u32, u32, Handle,
+                           *mut *mut c_void, *mut *mut c_void) -> i32;
+        cuMemAlloc_v2: fn(*mut DevicePtr, usize) -> i32;
+        cuMemFree_v2: fn(DevicePtr) -> i32;
+        cuMemcpyHtoD_v2: fn(DevicePtr, *const c_void, usize) -> i32;
+        cuMemcpyDtoH_v2: fn(*mut c_void, DevicePtr, usize) -> i32;
+        cuGetErrorName: fn(i32, *mut *const c_char) -> i32;
+        cuGetErrorString: fn(i32, *mut *const c_char) -> i32;
+    }
+}
+
+struct Cuda {
+    functions: CudaFunctions,
+    shared: SharedCalls,
+    /// `cuInit` answered `CUDA_ERROR_NO_DEVICE`: the driver works but sees no GPU.
+    no_device: bool,
+    /// Each device's primary context (a `CUcontext` as an address), retained once on first
+    /// `set_device` and never released: the Driver lives as long as the process.
+    primary_contexts: Mutex<HashMap<i32, usize>>,
+    /// Keeps the function pointers valid; never unloaded (the Driver is never dropped).
+    _library: libloading::Library,
+}
+
+/// Loads the CUDA driver, resolves its functions and initializes it.
+pub(super) fn open() -> GpuResult<Box<dyn Backend>> {
+    let library = open_first(Api::Cuda, &LIBRARY_NAMES)?;
+    // SAFETY: the table declares each function with its C signature from cuda.h.
+    let functions = unsafe { CudaFunctions::resolve(&library, Api::Cuda) }?;
+    // SAFETY: cuInit takes flags that must be 0.
+    let status = unsafe { (functions.cuInit)(0) };
+    let shared = SharedCalls {
+        current_device: call!(functions.cuCtxGetDevice),
+        synchronize: call!(functions.cuCtxSynchronize),
+        load_module: call!(functions.cuModuleLoadData),
+        unload_module: functions.cuModuleUnload,
+        get_function: call!(functions.cuModuleGetFunction),
+        launch: call!(functions.cuLaunchKernel),
+    };
+    let cuda = Cuda {
+        functions,
+        shared,
+        no_device: status == CUDA_ERROR_NO_DEVICE,
+        primary_contexts: Mutex::new(HashMap::new()),
+        _library: library,
+    };
+    if !cuda.no_device {
+        cuda.check("cuInit", status)?;
+    }
+    Ok(Box::new(cuda))
+}
+
+/// The build's target name of compute capability `major.minor` (9.0 -> `sm_90`).
+pub(super) fn sm_name(major: i32, minor: i32) -> String {
+    format!("sm_{major}{minor}")
+}
+
+type ErrorLookup = unsafe extern "C" fn(i32, *mut *const c_char) -> i32;
+
+impl Cuda {
+    /// The `CUdevice` of `ordinal`; when `cuInit` found no device, that status.
+    fn device(&self, ordinal: i32) -> GpuResult<i32> {
+        if self.no_device {
+            self.check("cuInit", CUDA_ERROR_NO_DEVICE)?;
+        }
+        let mut device = 0;
+        // SAFETY: `device` is a writable int; the driver validates the ordinal.
+        self.check("cuDeviceGet", unsafe {
+            (self.functions.cuDeviceGet)(&mut device, ordinal)
+        })?;
+        Ok(device)
+    }
+
+    fn attribute(&self, attribute: i32, ordinal: i32) -> GpuResult<i32> {
+        let device = self.device(ordinal)?;
+        let mut value = 0;
+        // SAFETY: `value` is a writable int; the driver validates the attribute.
+        let status =
+            unsafe { (self.functions.cuDeviceGetAttribute)(&mut value, attribute, device) };
+        self.check("cuDeviceGetAttribute", status)?;
+        Ok(value)
+    }
+
+    fn lookup(lookup: ErrorLookup, status: i32) -> String {
+        let mut text = std::ptr::null();
+        // SAFETY: `text` is a writable pointer; the driver stores a static string in it.
+        match unsafe { lookup(status, &mut text) } {
+            0 => text_or_unknown(text),
+            lookup_status => format!("not a status this driver knows (lookup: {lookup_status})"),
+        }
+    }
+}
+
+impl Backend for Cuda {
+    fn api(&self) -> Api {
+        Api::Cuda
+    }
+
+    fn shared(&self) -> &SharedCalls {
+        &self.shared
+    }
+
+    fn describe(&self, status: i32) -> (String, String) {
+        let name = Self::lookup(self.functions.cuGetErrorName, status);
+        (name, Self::lookup(self.functions.cuGetErrorString, status))
+    }
+
+    fn set_device(&self, ordinal: i32) -> GpuResult<()> {
+        let context = {
+            let mut contexts = self
+                .primary_contexts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match contexts.get(&ordinal) {
+                Some(&context) => context,
+                None => {
+                    let device = self.device(ordinal)?;
+                    let mut context = std::ptr::null_mut();
+                    // SAFETY: `context` is a writable pointer; `device` came from cuDeviceGet.
+                    let status =
+                        unsafe { (self.functions.cuDevicePrimaryCtxRetain)(&mut context, device) };
+                    self.check("cuDevicePrimaryCtxRetain", status)?;
+                    *contexts.entry(ordinal).or_insert(context as usize)
+                }
+            }
+        };
+        // SAFETY: a primary context retained above and never released.
+        self.check("cuCtxSetCurrent", unsafe {
+            (self.functions.cuCtxSetCurrent)(context as Handle)
+        })
+    }
+
+    fn device_count(&self) -> GpuResult<i32> {
+        if self.no_device {
+            return Ok(0);
+        }
+        let mut count = 0;
+        // SAFETY: `count` is a writable int.
+        match unsafe { (self.functions.cuDeviceGetCount)(&mut count) } {
+            CUDA_ERROR_NO_DEVICE => Ok(0),
+            status => self.check("cuDeviceGetCount", status).map(|()| count),
+        }
+    }
+
+    fn multiprocessor_count(&self, ordinal: i32) -> GpuResult<i32> {
+        self.attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ordinal)
+    }
+
+    fn arch_name(&self, ordinal: i32) -> GpuResult<String> {
+        let major = self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ordinal)?;
+        let minor = self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ordinal)?;
+        Ok(sm_name(major, minor))
+    }
+
+    fn allow_shared(&self, function: Handle, bytes: u32) -> GpuResult<()> {
+        if bytes <= DEFAULT_DYNAMIC_SHARED_LIMIT {
+            return Ok(());
+        }
+        // Beyond i32 the driver refuses the value itself (CUDA_ERROR_INVALID_VALUE).
+        let value = i32::try_from(bytes).unwrap_or(i32::MAX);
+        let attribute = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        // SAFETY: `function` is a kernel of a live module; the driver validates the value.
+        let status = unsafe { (self.functions.cuFuncSetAttribute)(function, attribute, value) };
+        self.check("cuFuncSetAttribute", status)
+    }
+
+    fn malloc(&self, bytes: usize) -> GpuResult<usize> {
+        let mut addr: DevicePtr = 0;
+        // SAFETY: `addr` is a writable CUdeviceptr.
+        self.check("cuMemAlloc_v2", unsafe {
+            (self.functions.cuMemAlloc_v2)(&mut addr, bytes)
+        })?;
+        Ok(addr as usize)
+    }
+
+    fn free(&self, addr: usize) -> GpuResult<()> {
+        // SAFETY: `addr` came from cuMemAlloc_v2 and is freed once (DeviceBuffer).
+        self.check("cuMemFree_v2", unsafe {
+            (self.functions.cuMemFree_v2)(addr as DevicePtr)
+        })
+    }
+
+    unsafe fn copy_to_device(&self, dst: usize, src: &[u8]) -> GpuResult<()> {
+        // SAFETY: the caller guarantees the device range; `src` is readable for its length.
+        let status = unsafe {
+            (self.functions.cuMemcpyHtoD_v2)(dst as DevicePtr, src.as_ptr().cast(), src.len())
+        };
+        self.check("cuMemcpyHtoD_v2", status)
+    }
+
+    unsafe fn copy_to_host(&self, dst: &mut [u8], src: usize) -> GpuResult<()> {
+        // SAFETY: the caller guarantees the device range; `dst` is writable for its length.
+        let status = unsafe {
+            (self.functions.cuMemcpyDtoH_v2)(dst.as_mut_ptr().cast(), src as DevicePtr, dst.len())
+        };
+        self.check("cuMemcpyDtoH_v2", status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sm_names_from_compute_capabilities() {
+        assert_eq!(sm_name(9, 0), "sm_90");
+        assert_eq!(sm_name(8, 6), "sm_86");
+        assert_eq!(sm_name(10, 0), "sm_100");
+    }
+}

@@ -1,0 +1,253 @@
+//! HIP (AMD): `libamdhip64` loaded at run time.
+//!
+//! The numbers below are ABI facts of HIP 6.x/7.x, measured with `offsetof`/`sizeof` and the
+//! enum values themselves by compiling a C program against Debian sid's `libamdhip64-dev`
+//! 6.4.3 (`HIP_VERSION` 6.4.43484, x86-64, gcc and clang-21; `scripts/rocm-chroot.sh`), and
+//! matching a count by hand in ROCm/HIP's `include/hip/hip_runtime_api.h` (develop of October
+//! 2024, c5e11fc). [`HIP_HEADER_CHECK`] asserts them against a header.
+
+use std::ffi::{c_char, c_void};
+
+use super::loader::{driver_functions, open_first};
+use super::{call, text_or_unknown, Api, Backend, GpuError, GpuResult, Handle, SharedCalls};
+
+const LIBRARY_NAMES: [&str; 3] = ["libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6"];
+
+/// `hipErrorNoDevice`.
+const HIP_ERROR_NO_DEVICE: i32 = 100;
+/// `hipDeviceAttributeMultiprocessorCount` in HIP 6's renumbered `hipDeviceAttribute_t` (HIP 5
+/// numbered the attributes differently).
+const HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: i32 = 63;
+/// Byte offset of `char gcnArchName[256]` in `hipDeviceProp_tR0600` on x86-64.
+pub const HIP_GCN_ARCH_NAME_OFFSET: usize = 1160;
+/// `sizeof(hipDeviceProp_tR0600)` on x86-64.
+pub const HIP_DEVICE_PROP_R0600_SIZE: usize = 1472;
+const GCN_ARCH_NAME_LEN: usize = 256;
+/// What `hipGetDevicePropertiesR0600` writes into: far larger than the struct, so that a later
+/// HIP that grows it still writes inside this buffer; u64 elements give its 8-byte alignment.
+const PROPERTIES_BUFFER_WORDS: usize = 1024;
+
+// The name lies inside the struct, and the buffer leaves room for a struct grown fourfold.
+const _: () = assert!(HIP_GCN_ARCH_NAME_OFFSET + GCN_ARCH_NAME_LEN <= HIP_DEVICE_PROP_R0600_SIZE);
+const _: () = assert!(HIP_DEVICE_PROP_R0600_SIZE * 4 <= PROPERTIES_BUFFER_WORDS * 8);
+
+/// A C program asserting this module's ABI numbers against a HIP header, for CI:
+/// `cc -D__HIP_PLATFORM_AMD__ -fsyntax-only -x c -` with this text on stdin.
+pub const HIP_HEADER_CHECK: &str = "#include <stddef.h>
+#include <hip/hip_runtime_api.h>
+_Static_assert(offsetof(hipDeviceProp_tR0600, gcnArchName) == 1160, \"gcnArchName offset\");
+_Static_assert(sizeof(((hipDeviceProp_tR0600 *)0)->gcnArchName) == 256, \"gcnArchName size\");
+_Static_assert(sizeof(hipDeviceProp_tR0600) == 1472, \"hipDeviceProp_tR0600 size\");
+_Static_assert(hipDeviceAttributeMultiprocessorCount == 63, \"multiprocessor count attribute\");
+_Static_assert(hipErrorNoDevice == 100, \"hipErrorNoDevice\");
+";
+
+driver_functions! {
+    /// The HIP functions this layer calls, with their C signatures (`hipError_t` is an int
+    /// enum; `hipModule_t`, `hipFunction_t`, `hipStream_t` and `hipDeviceptr_t` are pointers).
+    struct HipFunctions {
+        hipSetDevice: fn(i32) -> i32;
+        hipGetDevice: fn(*mut i32) -> i32;
+        hipGetDeviceCount: fn(*mut i32) -> i32;
+        hipDeviceGetAttribute: fn(*mut i32, i32, i32) -> i32;
+        hipGetDevicePropertiesR0600: fn(*mut c_void, i32) -> i32;
+        hipModuleLoadData: fn(*mut Handle, *const c_void) -> i32;
+        hipModuleUnload: fn(Handle) -> i32;
+        hipModuleGetFunction: fn(*mut Handle, Handle, *const c_char) -> i32;
+        hipModuleLaunchKernel: fn(Handle, u32, u32, u32, u32, u32, u32, u32, Handle,
+                                  *mut *mut c_void, *mut *mut c_void) -> i32;
+        hipMalloc: fn(*mut Handle, usize) -> i32;
+        hipFree: fn(Handle) -> i32;
+        hipMemcpyHtoD: fn(Handle, *const c_void, usize) -> i32;
+        hipMemcpyDtoH: fn(*mut c_void, Handle, usize) -> i32;
+        hipDeviceSynchronize: fn() -> i32;
+        hipGetErrorName: fn(i32) -> *const c_char;
+        hipGetErrorString: fn(i32) -> *const c_char;
+    }
+}
+
+struct Hip {
+    functions: HipFunctions,
+    shared: SharedCalls,
+    /// Keeps the function pointers valid; never unloaded (the Driver is never dropped).
+    _library: libloading::Library,
+}
+
+/// Loads the HIP runtime and resolves its functions.
+pub(super) fn open() -> GpuResult<Box<dyn Backend>> {
+    let library = open_first(Api::Hip, &LIBRARY_NAMES)?;
+    // SAFETY: the table declares each function with its C signature from hip_runtime_api.h.
+    let functions = unsafe { HipFunctions::resolve(&library, Api::Hip) }?;
+    let shared = SharedCalls {
+        current_device: call!(functions.hipGetDevice),
+        synchronize: call!(functions.hipDeviceSynchronize),
+        load_module: call!(functions.hipModuleLoadData),
+        unload_module: functions.hipModuleUnload,
+        get_function: call!(functions.hipModuleGetFunction),
+        launch: call!(functions.hipModuleLaunchKernel),
+    };
+    Ok(Box::new(Hip {
+        functions,
+        shared,
+        _library: library,
+    }))
+}
+
+/// The build's target name from `gcnArchName`: up to the NUL, without the `:feature±` suffixes
+/// (`gfx90a:sramecc+:xnack-` -> `gfx90a`).
+pub(super) fn target_from_gcn_arch_name(raw: &[u8]) -> String {
+    let end = raw.iter().position(|&byte| byte == 0).unwrap_or(raw.len());
+    let name = String::from_utf8_lossy(&raw[..end]);
+    name.split(':').next().unwrap_or_default().to_owned()
+}
+
+impl Hip {
+    fn attribute(&self, attribute: i32, ordinal: i32) -> GpuResult<i32> {
+        let mut value = 0;
+        // SAFETY: `value` is a writable int; the driver validates the attribute and ordinal.
+        let status =
+            unsafe { (self.functions.hipDeviceGetAttribute)(&mut value, attribute, ordinal) };
+        self.check("hipDeviceGetAttribute", status)?;
+        Ok(value)
+    }
+}
+
+impl Backend for Hip {
+    fn api(&self) -> Api {
+        Api::Hip
+    }
+
+    fn shared(&self) -> &SharedCalls {
+        &self.shared
+    }
+
+    fn describe(&self, status: i32) -> (String, String) {
+        // SAFETY: both take any status and return a static string (or null).
+        let (name, description) = unsafe {
+            (
+                (self.functions.hipGetErrorName)(status),
+                (self.functions.hipGetErrorString)(status),
+            )
+        };
+        (text_or_unknown(name), text_or_unknown(description))
+    }
+
+    fn set_device(&self, ordinal: i32) -> GpuResult<()> {
+        // SAFETY: plain value argument, validated by the driver.
+        self.check("hipSetDevice", unsafe {
+            (self.functions.hipSetDevice)(ordinal)
+        })
+    }
+
+    fn device_count(&self) -> GpuResult<i32> {
+        let mut count = 0;
+        // SAFETY: `count` is a writable int.
+        match unsafe { (self.functions.hipGetDeviceCount)(&mut count) } {
+            HIP_ERROR_NO_DEVICE => Ok(0),
+            status => self.check("hipGetDeviceCount", status).map(|()| count),
+        }
+    }
+
+    fn multiprocessor_count(&self, ordinal: i32) -> GpuResult<i32> {
+        self.attribute(HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ordinal)
+    }
+
+    fn arch_name(&self, ordinal: i32) -> GpuResult<String> {
+        let mut properties = vec![0u64; PROPERTIES_BUFFER_WORDS];
+        // SAFETY: the buffer is 8-aligned and several times sizeof(hipDeviceProp_tR0600).
+        let status = unsafe {
+            (self.functions.hipGetDevicePropertiesR0600)(properties.as_mut_ptr().cast(), ordinal)
+        };
+        self.check("hipGetDevicePropertiesR0600", status)?;
+        // SAFETY: a u64 slice viewed as its bytes: same memory, alignment 1, no padding.
+        let bytes: &[u8] =
+            unsafe { std::slice::from_raw_parts(properties.as_ptr().cast(), properties.len() * 8) };
+        let raw = &bytes[HIP_GCN_ARCH_NAME_OFFSET..HIP_GCN_ARCH_NAME_OFFSET + GCN_ARCH_NAME_LEN];
+        let target = target_from_gcn_arch_name(raw);
+        // A layout other than the measured one would read another field: say so, rather than
+        // look for kernels of a nonsense target.
+        if !target.starts_with("gfx") {
+            let message = format!(
+                "gcnArchName at byte {HIP_GCN_ARCH_NAME_OFFSET} reads {target:?}, not a gfx target: \
+                 this HIP's hipDeviceProp_tR0600 layout differs from HIP 6.x/7.x's"
+            );
+            return Err(GpuError::local(
+                Api::Hip,
+                "hipGetDevicePropertiesR0600",
+                message,
+            ));
+        }
+        Ok(target)
+    }
+
+    fn allow_shared(&self, _function: Handle, _bytes: u32) -> GpuResult<()> {
+        // hipModuleLaunchKernel checks the dynamic LDS size against the device's LDS alone, never
+        // against a per-kernel limit; and hipFuncSetAttribute looks its argument up among the
+        // host program's registered kernels, so ROCm/clr of late 2024 answers
+        // hipErrorInvalidSymbol for a module kernel (hipamd/src/hip_module.cpp). Nothing to allow.
+        Ok(())
+    }
+
+    fn malloc(&self, bytes: usize) -> GpuResult<usize> {
+        let mut addr = std::ptr::null_mut();
+        // SAFETY: `addr` is a writable pointer.
+        self.check("hipMalloc", unsafe {
+            (self.functions.hipMalloc)(&mut addr, bytes)
+        })?;
+        Ok(addr as usize)
+    }
+
+    fn free(&self, addr: usize) -> GpuResult<()> {
+        // SAFETY: `addr` came from hipMalloc and is freed once (DeviceBuffer).
+        self.check("hipFree", unsafe {
+            (self.functions.hipFree)(addr as Handle)
+        })
+    }
+
+    unsafe fn copy_to_device(&self, dst: usize, src: &[u8]) -> GpuResult<()> {
+        // SAFETY: the caller guarantees the device range; `src` is readable for its length.
+        let status = unsafe {
+            (self.functions.hipMemcpyHtoD)(dst as Handle, src.as_ptr().cast(), src.len())
+        };
+        self.check("hipMemcpyHtoD", status)
+    }
+
+    unsafe fn copy_to_host(&self, dst: &mut [u8], src: usize) -> GpuResult<()> {
+        // SAFETY: the caller guarantees the device range; `dst` is writable for its length.
+        let status = unsafe {
+            (self.functions.hipMemcpyDtoH)(dst.as_mut_ptr().cast(), src as Handle, dst.len())
+        };
+        self.check("hipMemcpyDtoH", status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_names_drop_feature_suffixes_and_stop_at_nul() {
+        let mut raw = [0u8; GCN_ARCH_NAME_LEN];
+        raw[..22].copy_from_slice(b"gfx90a:sramecc+:xnack-");
+        assert_eq!(target_from_gcn_arch_name(&raw), "gfx90a");
+        assert_eq!(
+            target_from_gcn_arch_name(b"gfx942:sramecc+:xnack-\0garbage"),
+            "gfx942"
+        );
+        assert_eq!(target_from_gcn_arch_name(b"gfx1100\0\0\0"), "gfx1100");
+        assert_eq!(target_from_gcn_arch_name(b"gfx950"), "gfx950");
+        assert_eq!(target_from_gcn_arch_name(&[0u8; 8]), "");
+    }
+
+    #[test]
+    fn the_header_check_asserts_the_constants_in_use() {
+        let offset = format!("gcnArchName) == {HIP_GCN_ARCH_NAME_OFFSET},");
+        let size = format!("sizeof(hipDeviceProp_tR0600) == {HIP_DEVICE_PROP_R0600_SIZE},");
+        let attribute =
+            format!("MultiprocessorCount == {HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT},");
+        let no_device = format!("hipErrorNoDevice == {HIP_ERROR_NO_DEVICE},");
+        for needle in [offset, size, attribute, no_device] {
+            assert!(HIP_HEADER_CHECK.contains(&needle), "{needle}");
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! A small GPU driver layer loaded at run time (dlopen): HIP on AMD, the CUDA driver API on
+//! NVIDIA, behind one [`Driver`]. It loads the ahead-of-time compiled Triton code objects (HSACO,
+//! cubin), launches their kernels, and gives tests device memory and copies.
+//!
+//! Nothing of ROCm or CUDA is needed to build: each API is a table of function pointers
+//! resolved from its library on first use ([`Driver::hip`], [`Driver::cuda`]), and a machine
+//! without the library gets an `Err` naming it. Every driver status is checked and becomes a
+//! [`GpuError`] carrying the driver's own error name and description.
+//!
+//! All operations but [`Driver::set_device`] and the device queries act on the calling thread's
+//! current device (CUDA: its current context), so a thread calls `set_device` first.
+
+mod buffer;
+mod cuda;
+mod error;
+mod hip;
+mod loader;
+mod module;
+
+use std::ffi::{c_char, c_void};
+use std::sync::OnceLock;
+
+pub use buffer::DeviceBuffer;
+pub use error::{Api, GpuError, GpuResult, NOT_A_DRIVER_STATUS};
+pub use hip::{HIP_DEVICE_PROP_R0600_SIZE, HIP_GCN_ARCH_NAME_OFFSET, HIP_HEADER_CHECK};
+pub use module::{Function, Module};
+
+/// An opaque driver handle (module, function, context, stream, HIP device pointer).
+type Handle = *mut c_void;
+
+/// A driver function and its name, for error messages.
+#[derive(Clone, Copy)]
+struct Call<F> {
+    name: &'static str,
+    function: F,
+}
+
+/// `Call { name: "hipGetDevice", function: table.hipGetDevice }` from `call!(table.hipGetDevice)`.
+macro_rules! call {
+    ($table:ident . $symbol:ident) => {
+        $crate::gpu::Call {
+            name: stringify!($symbol),
+            function: $table.$symbol,
+        }
+    };
+}
+use call;
+
+type UnloadFn = unsafe extern "C" fn(Handle) -> i32;
+type LaunchFn = unsafe extern "C" fn(
+    Handle,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    Handle,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> i32;
+
+/// The driver functions whose C signatures are the same in HIP and CUDA, so that [`Driver`]
+/// calls them with one piece of code for both.
+struct SharedCalls {
+    /// `hipGetDevice` / `cuCtxGetDevice`.
+    current_device: Call<unsafe extern "C" fn(*mut i32) -> i32>,
+    synchronize: Call<unsafe extern "C" fn() -> i32>,
+    load_module: Call<unsafe extern "C" fn(*mut Handle, *const c_void) -> i32>,
+    /// Kept by each [`Module`], which has no driver to check statuses with (see its Drop).
+    unload_module: UnloadFn,
+    get_function: Call<unsafe extern "C" fn(*mut Handle, Handle, *const c_char) -> i32>,
+    launch: Call<LaunchFn>,
+}
+
+/// What differs between HIP and CUDA: each API implements this over its function table.
+trait Backend: Send + Sync {
+    fn api(&self) -> Api;
+    fn shared(&self) -> &SharedCalls;
+    /// The driver's error name and description of `status`.
+    fn describe(&self, status: i32) -> (String, String);
+    fn set_device(&self, ordinal: i32) -> GpuResult<()>;
+    fn device_count(&self) -> GpuResult<i32>;
+    fn multiprocessor_count(&self, ordinal: i32) -> GpuResult<i32>;
+    fn arch_name(&self, ordinal: i32) -> GpuResult<String>;
+    fn allow_shared(&self, function: Handle, bytes: u32) -> GpuResult<()>;
+    /// Allocates `bytes` (> 0) on the current device; returns the device address.
+    fn malloc(&self, bytes: usize) -> GpuResult<usize>;
+    fn free(&self, addr: usize) -> GpuResult<()>;
+    /// # Safety
+    /// `dst..dst + src.len()` lies in one live allocation of this driver.
+    unsafe fn copy_to_device(&self, dst: usize, src: &[u8]) -> GpuResult<()>;
+    /// # Safety
+    /// `src..src + dst.len()` lies in one live allocation of this driver.
+    unsafe fn copy_to_host(&self, dst: &mut [u8], src: usize) -> GpuResult<()>;
+
+    /// `Ok` for a zero status, else the [`GpuError`] of `call` with the driver's wording.
+    fn check(&self, call: &'static str, status: i32) -> GpuResult<()> {
+        if status == 0 {
+            return Ok(());
+        }
+        let (name, description) = self.describe(status);
+        Err(GpuError::from_status(
+            self.api(),
+            call,
+            status,
+            &name,
+            &description,
+        ))
+    }
+}
+
+/// A loaded driver library with its function pointers resolved once. Only the process-wide
+/// instances of [`Driver::hip`] and [`Driver::cuda`] exist, and they are never dropped, so the
+/// library and every function pointer taken from it stay valid for the whole process.
+pub struct Driver {
+    backend: Box<dyn Backend>,
+}
+
+/// Returns the driver cached in `cell`, opening it on first use; a failure is cached too (the
+/// library does not appear later in a running process).
+fn cached(
+    cell: &'static OnceLock<GpuResult<Driver>>,
+    open: fn() -> GpuResult<Box<dyn Backend>>,
+) -> GpuResult<&'static Driver> {
+    let driver = cell.get_or_init(|| open().map(|backend| Driver { backend }));
+    driver.as_ref().map_err(Clone::clone)
+}
+
+impl Driver {
+    /// The HIP runtime: `libamdhip64.so`, else `.so.7`, else `.so.6`. Loaded once per process;
+    /// an `Err` with every dlopen error when absent.
+    pub fn hip() -> GpuResult<&'static Driver> {
+        static HIP: OnceLock<GpuResult<Driver>> = OnceLock::new();
+        cached(&HIP, hip::open)
+    }
+
+    /// The CUDA driver: `libcuda.so.1`, else `libcuda.so`, initialized with `cuInit(0)`. Loaded
+    /// once per process; an `Err` when absent or when `cuInit` fails (except for "no device",
+    /// which [`Driver::device_count`] reports as 0 devices).
+    pub fn cuda() -> GpuResult<&'static Driver> {
+        static CUDA: OnceLock<GpuResult<Driver>> = OnceLock::new();
+        cached(&CUDA, cuda::open)
+    }
+
+    /// Which API this driver speaks.
+    pub fn api(&self) -> Api {
+        self.backend.api()
+    }
+
+    /// Makes device `ordinal` current on this thread (HIP: `hipSetDevice`; CUDA: the device's
+    /// primary context, retained once per process, made current with `cuCtxSetCurrent`).
+    pub fn set_device(&self, ordinal: i32) -> GpuResult<()> {
+        self.backend.set_device(ordinal)
+    }
+
+    /// The ordinal of this thread's current device (`hipGetDevice` / `cuCtxGetDevice`).
+    pub fn current_device(&self) -> GpuResult<i32> {
+        let Call { name, function } = self.backend.shared().current_device;
+        let mut ordinal = 0;
+        // SAFETY: `ordinal` is a writable int.
+        self.backend
+            .check(name, unsafe { function(&mut ordinal) })?;
+        Ok(ordinal)
+    }
+
+    /// How many devices the driver sees; 0, not an error, when it reports that there are none.
+    pub fn device_count(&self) -> GpuResult<i32> {
+        self.backend.device_count()
+    }
+
+    /// Compute units (AMD) or streaming multiprocessors (NVIDIA) of device `ordinal`.
+    pub fn multiprocessor_count(&self, ordinal: i32) -> GpuResult<u32> {
+        let count = self.backend.multiprocessor_count(ordinal)?;
+        u32::try_from(count).map_err(|_| {
+            let message = format!("the driver reported {count}");
+            GpuError::local(self.api(), "multiprocessor_count", message)
+        })
+    }
+
+    /// The code-object target of device `ordinal`, as the build names it: `gfx90a`, `gfx942`,
+    /// `gfx1100`, ... (AMD, without feature suffixes such as `:sramecc+:xnack-`) or `sm_90`
+    /// (NVIDIA, from the compute capability).
+    pub fn arch_name(&self, ordinal: i32) -> GpuResult<String> {
+        self.backend.arch_name(ordinal)
+    }
+
+    /// Waits for all work on the current device; errors of earlier asynchronous launches surface
+    /// here (`hipDeviceSynchronize` / `cuCtxSynchronize`).
+    pub fn synchronize(&self) -> GpuResult<()> {
+        let Call { name, function } = self.backend.shared().synchronize;
+        // SAFETY: no arguments.
+        self.backend.check(name, unsafe { function() })
+    }
+}
+
+/// Converts a driver's C string, or names a status the driver did not describe.
+fn text_or_unknown(text: *const c_char) -> String {
+    // SAFETY: the drivers' error names and strings are static NUL-terminated strings or null.
+    unsafe { loader::driver_string(text) }.unwrap_or_else(|| "unknown error".to_owned())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,176 @@
+//! A backend whose "device" is host memory and whose driver functions are small `extern "C"`
+//! stand-ins, to test the common `Driver` logic without a GPU.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::gpu::*;
+
+/// What the host-memory backend records, shared with the test that owns the Driver.
+#[derive(Default)]
+pub(super) struct MockState {
+    /// Live allocations: address -> size.
+    pub(super) allocations: Mutex<HashMap<usize, usize>>,
+    pub(super) mallocs: AtomicUsize,
+}
+
+/// A backend over host memory: device addresses are host addresses.
+struct MockBackend {
+    state: Arc<MockState>,
+    shared: SharedCalls,
+}
+
+pub(super) const MOCK_OUT_OF_MEMORY: i32 = 2;
+pub(super) const MOCK_LIMIT: usize = 1 << 20;
+pub(super) static MODULES_UNLOADED: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn mock_current_device(ordinal: *mut i32) -> i32 {
+    // SAFETY: Driver::current_device passes a writable int.
+    unsafe { *ordinal = 3 };
+    0
+}
+
+unsafe extern "C" fn mock_synchronize() -> i32 {
+    0
+}
+
+/// The module handle is the image's address.
+unsafe extern "C" fn mock_load(module: *mut Handle, image: *const c_void) -> i32 {
+    // SAFETY: Driver::load_module passes a writable handle.
+    unsafe { *module = image as Handle };
+    0
+}
+
+unsafe extern "C" fn mock_unload(_module: Handle) -> i32 {
+    MODULES_UNLOADED.fetch_add(1, Ordering::SeqCst);
+    0
+}
+
+/// The function handle is the module handle.
+unsafe extern "C" fn mock_get_function(f: *mut Handle, module: Handle, _: *const c_char) -> i32 {
+    // SAFETY: Driver::get_function passes a writable handle.
+    unsafe { *f = module };
+    0
+}
+
+/// Fails with status grid.x when given no parameters, else with the value of the first one
+/// (an i32): shows what reached the driver.
+unsafe extern "C" fn mock_launch(
+    _: Handle,
+    grid_x: u32,
+    _: u32,
+    _: u32,
+    _: u32,
+    _: u32,
+    _: u32,
+    _: u32,
+    _: Handle,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> i32 {
+    assert!(extra.is_null());
+    if params.is_null() {
+        return grid_x as i32;
+    }
+    // SAFETY: the tests pass one parameter pointing at an i32.
+    unsafe { *(*params as *const i32) }
+}
+
+pub(super) fn mock_driver() -> (Driver, Arc<MockState>) {
+    let state = Arc::new(MockState::default());
+    let shared = SharedCalls {
+        current_device: Call {
+            name: "mockGetDevice",
+            function: mock_current_device,
+        },
+        synchronize: Call {
+            name: "mockSynchronize",
+            function: mock_synchronize,
+        },
+        load_module: Call {
+            name: "mockLoad",
+            function: mock_load,
+        },
+        unload_module: mock_unload,
+        get_function: Call {
+            name: "mockGetFunction",
+            function: mock_get_function,
+        },
+        launch: Call {
+            name: "mockLaunch",
+            function: mock_launch,
+        },
+    };
+    let backend = MockBackend {
+        state: state.clone(),
+        shared,
+    };
+    (
+        Driver {
+            backend: Box::new(backend),
+        },
+        state,
+    )
+}
+
+impl Backend for MockBackend {
+    fn api(&self) -> Api {
+        Api::Hip
+    }
+    fn shared(&self) -> &SharedCalls {
+        &self.shared
+    }
+    fn describe(&self, status: i32) -> (String, String) {
+        let name = format!("mockError{status}");
+        (name, "described by the mock driver".to_owned())
+    }
+    fn set_device(&self, _: i32) -> GpuResult<()> {
+        Ok(())
+    }
+    fn device_count(&self) -> GpuResult<i32> {
+        Ok(1)
+    }
+    fn multiprocessor_count(&self, _: i32) -> GpuResult<i32> {
+        Ok(-1)
+    }
+    fn arch_name(&self, _: i32) -> GpuResult<String> {
+        Ok("gfx942".to_owned())
+    }
+    fn allow_shared(&self, _: Handle, _: u32) -> GpuResult<()> {
+        Ok(())
+    }
+    fn malloc(&self, bytes: usize) -> GpuResult<usize> {
+        assert!(
+            bytes > 0,
+            "Driver::malloc must not ask the driver for 0 bytes"
+        );
+        self.state.mallocs.fetch_add(1, Ordering::SeqCst);
+        if bytes > MOCK_LIMIT {
+            self.check("mockMalloc", MOCK_OUT_OF_MEMORY)?;
+        }
+        let addr = Box::into_raw(vec![0u8; bytes].into_boxed_slice()) as *mut u8 as usize;
+        self.state.allocations.lock().unwrap().insert(addr, bytes);
+        Ok(addr)
+    }
+    fn free(&self, addr: usize) -> GpuResult<()> {
+        let Some(bytes) = self.state.allocations.lock().unwrap().remove(&addr) else {
+            return self.check("mockFree", 1);
+        };
+        let slice = std::ptr::slice_from_raw_parts_mut(addr as *mut u8, bytes);
+        // SAFETY: made by Box::into_raw in malloc with this length, removed from the map once.
+        drop(unsafe { Box::from_raw(slice) });
+        Ok(())
+    }
+    unsafe fn copy_to_device(&self, dst: usize, src: &[u8]) -> GpuResult<()> {
+        // SAFETY: the caller guarantees that dst..dst+len lies in a live allocation.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
+        Ok(())
+    }
+    unsafe fn copy_to_host(&self, dst: &mut [u8], src: usize) -> GpuResult<()> {
+        // SAFETY: the caller guarantees that src..src+len lies in a live allocation.
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+}

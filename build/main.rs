@@ -145,6 +145,10 @@ fn build_ck(plan: &CkPlan) -> BuildResult<()> {
     native::compile_kernels(&ck, toolchain, selection, &generated, &bridge_headers, &build_dir)?;
     native::link(toolchain, &build_dir);
     println!("cargo:rustc-cfg=flash_attn_rocm_ck");
+    // What the run-time dispatch needs to know of the CK instances (src/rocm/dispatch.rs).
+    println!("cargo:rustc-env=FLASH_ATTN_ROCM_CK_ARCHS={}", selection.archs.join(","));
+    let hdims: Vec<String> = selection.hdims.iter().map(u32::to_string).collect();
+    println!("cargo:rustc-env=FLASH_ATTN_ROCM_CK_HDIMS={}", hdims.join(","));
     println!("cargo:warning=flash-attn-rocm: CK build took {:.0} s", start.elapsed().as_secs_f64());
     Ok(())
 }

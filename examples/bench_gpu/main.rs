@@ -5,6 +5,8 @@
 //!
 //!   bench_gpu prefill DTYPE B S H D CAUSAL     (f16|bf16, causal 0|1; s_q = s_k = S)
 //!   bench_gpu decode DTYPE B S_K H H_K D       (one query row per sequence)
+//!   bench_gpu decode DTYPE B S_K H H_K D SPLITS   (the same with a forced split count, to tune
+//!                                              the heuristic of src/triton/split.rs)
 //!
 //! Inputs are left as allocated: timing does not depend on the values.
 use candle::{DType, Layout, Shape};
@@ -40,7 +42,14 @@ fn main() -> anyhow::Result<()> {
     let q_l = Layout::contiguous(Shape::from((b, s_q, h, d)));
     let kv_l = Layout::contiguous(Shape::from((b, s_k, h_k, d)));
     let call = AttnCall::new(&req, [dtype; 3], &q_l, &kv_l, &kv_l)?;
-    let plan = plan(driver, &call)?;
+    let mut plan = plan(driver, &call)?;
+    if let Some(splits) = args.get(7).filter(|_| args[0] == "decode") {
+        let tiles = s_k.div_ceil(plan.kernels.fwd.block_n as usize);
+        let per_split = tiles.div_ceil(splits.parse::<usize>()?.clamp(1, tiles));
+        plan.split_len = per_split * plan.kernels.fwd.block_n as usize;
+        plan.num_splits = tiles.div_ceil(per_split);
+        plan.grid[2] = plan.num_splits as u32;
+    }
     let (q, k, v) = (driver.malloc(b * s_q * h * d * 2)?, driver.malloc(b * s_k * h_k * d * 2)?, driver.malloc(b * s_k * h_k * d * 2)?);
     let out = driver.malloc(b * s_q * h * d * 2)?;
     let lse = driver.malloc(b * h * s_q * 4)?;

@@ -6,16 +6,17 @@
 //! patches `candle-core` to that branch and enables its `rocm` feature (see the README). What
 //! this file relies on from that branch: `RocmStorage { slice, device }`, `RocmStorageSlice::
 //! {F16, BF16, F32, as_ptr, as_mut_ptr}`, `RocmDevice::{alloc, alloc_zeros, stream, id}` and
-//! `candle::rocm_backend::rocm_rs`.
+//! `candle::rocm_backend::rocm_rs`. Each call goes to CK or to our Triton kernels
+//! ([`super::dispatch`]); the Triton ones are launched through HIP loaded at run time
+//! ([`crate::gpu`]) on the same stream.
 //!
 //! Ordering: that backend queues every operation of a device on the device's single stream and
 //! recycles a freed buffer into the next allocation without synchronizing. Launching on that
 //! same stream (`RocmDevice::stream().as_raw()`) is what makes reading q/k/v and writing the
 //! freshly allocated output sound without any host synchronization.
 
-use super::marshal::{
-    check_supported, ck_fwd_params, lse_buffer_required, split_kv_scratch_lens, DeviceBuffers,
-};
+use super::dispatch::{choose, Built, KernelChoice, KernelFamily};
+use super::marshal::{ck_fwd_params, lse_buffer_required, split_kv_scratch_lens, DeviceBuffers};
 use crate::params::{AttnCall, Mode, Request};
 use candle::rocm_backend::rocm_rs::hip::bindings as hip;
 use candle::rocm_backend::RocmStorageSlice;
@@ -62,28 +63,36 @@ fn run(
     }
     let dtypes = [q.slice.dtype(), k.slice.dtype(), v.slice.dtype()];
     let call = AttnCall::new(req, dtypes, q_l, k_l, v_l)?;
-    // Refuse what CK cannot serve (dtype, head dim, mm_prefix_ranges, page size...) before
-    // allocating anything.
-    check_supported(&call)?;
 
-    // The kernel writes the rows of sequences that have keys. With nothing to do it is not
-    // launched (flash-attention's CK backend skips it for seqlen_k == 0); rows it does not
-    // write get what the CPU backend returns: output 0, LSE -inf.
-    let launch = call.seqs.iter().any(|s| s.q_len > 0 && s.k_len > 0);
+    // Rows of sequences are written by the kernels; rows past the last sequence get what the
+    // CPU backend returns (output 0, LSE -inf). CK is not launched for a call without keys
+    // (flash-attention's CK backend skips seqlen_k == 0), so its rows are prefilled too.
     let rows_written: usize = call.seqs.iter().map(|s| s.q_len).sum();
-    let prefill = !launch || rows_written < call.total_q;
+    let any_keys = call.seqs.iter().any(|s| s.q_len > 0 && s.k_len > 0);
     let out_len = call.total_q * call.num_heads * call.head_dim;
+    let stream = dev.stream().as_raw();
+    // A small allocation binds the device to this thread, so that the HIP queries below see it
+    // (the output is allocated after the choice: whether it is prefilled depends on it).
+    let driver = crate::gpu::Driver::hip()?;
+    drop(dev.alloc::<u8>(1)?);
+    let (_, info) = crate::triton::current_device(driver)?;
+    let built = Built { ck_archs: super::CK_ARCHS, ck_hdims: super::CK_HDIMS, triton: crate::triton::KERNELS };
+    let family = choose(&call, &info.arch, KernelChoice::from_env()?, &built)?;
+    let launched = match family {
+        KernelFamily::Ck => any_keys,
+        KernelFamily::Triton => true,
+    };
+    let prefill = !launched || rows_written < call.total_q;
     let mut out = alloc_out(dev, call.dtype, out_len, prefill)?;
     let lse_len = call.lse_dims().iter().product();
-    // Scratch when the kernel needs one the caller does not want; dropped after the call (the
-    // stream orders its reuse).
-    let lse_buffer = want_lse || lse_buffer_required(&call);
+    // Scratch when the kernel needs one the caller does not want (CK's LSE-writing build, and
+    // the Triton kernels always); dropped after the call, the stream orders its reuse.
+    let lse_buffer = want_lse || family == KernelFamily::Triton || lse_buffer_required(&call);
     let lse = lse_buffer.then(|| dev.alloc::<f32>(lse_len)).transpose()?;
-    let stream = dev.stream().as_raw();
     if let (true, Some(lse)) = (prefill, &lse) {
         fill_f32(lse.as_ptr(), f32::NEG_INFINITY, lse_len, stream)?;
     }
-    if launch {
+    if launched {
         let mut buffers = DeviceBuffers {
             q: q.slice.as_ptr() as usize,
             k: k.slice.as_ptr() as usize,
@@ -94,37 +103,63 @@ fn run(
             ..DeviceBuffers::default()
         };
         attach_side_tensors(req, &call, dev, &mut buffers)?;
-        // Split-KV accumulators from candle's allocator; freed once queued, which the stream
-        // orders after the kernel.
-        let scratch = match call.mode {
-            Mode::Paged => {
-                let (lse_len, o_len) = split_kv_scratch_lens(&call);
-                Some((dev.alloc::<f32>(lse_len)?, dev.alloc::<f32>(o_len)?))
-            }
-            _ => None,
-        };
-        if let Some((lse_acc, o_acc)) = &scratch {
-            buffers.lse_acc = lse_acc.as_ptr() as usize;
-            buffers.o_acc = o_acc.as_ptr() as usize;
+        match family {
+            KernelFamily::Ck => launch_ck(&call, dev, buffers)?,
+            KernelFamily::Triton => launch_triton(driver, &call, dev, &info, buffers)?,
         }
-        let params = ck_fwd_params(&call, &buffers)?;
-        // SAFETY: q/k/v and the side tensors are live allocations of this device that
-        // `AttnCall::new` checked against the sizes and strides in `params`; the output and LSE
-        // were just allocated with the sizes CK writes and alias nothing. All of them stay valid
-        // until the kernel has run: it is queued on the device's own stream, and the allocator
-        // hands a freed block only to work queued later on that same stream. The device is
-        // current on this thread (`RocmDevice::alloc` above binds it), as the stream requires.
-        unsafe { super::fmha_fwd(&params) }?;
     }
-    let out = RocmStorage {
-        slice: out,
-        device: dev.clone(),
-    };
-    let lse = lse.filter(|_| want_lse).map(|l| RocmStorage {
-        slice: RocmStorageSlice::F32(l),
-        device: dev.clone(),
-    });
+    let out = RocmStorage { slice: out, device: dev.clone() };
+    let lse = lse.filter(|_| want_lse).map(|l| RocmStorage { slice: RocmStorageSlice::F32(l), device: dev.clone() });
     Ok((out, lse, call))
+}
+
+/// Queues CK's kernels; the split-KV accumulators of paged calls come from candle's allocator,
+/// freed once queued, which the stream orders after the kernel.
+fn launch_ck(call: &AttnCall, dev: &RocmDevice, mut buffers: DeviceBuffers) -> Result<()> {
+    let scratch = match call.mode {
+        Mode::Paged => {
+            let (lse_len, o_len) = split_kv_scratch_lens(call);
+            Some((dev.alloc::<f32>(lse_len)?, dev.alloc::<f32>(o_len)?))
+        }
+        _ => None,
+    };
+    if let Some((lse_acc, o_acc)) = &scratch {
+        buffers.lse_acc = lse_acc.as_ptr() as usize;
+        buffers.o_acc = o_acc.as_ptr() as usize;
+    }
+    let params = ck_fwd_params(call, &buffers)?;
+    // SAFETY: q/k/v and the side tensors are live allocations of this device that
+    // `AttnCall::new` checked against the sizes and strides in `params`; the output and LSE
+    // were just allocated with the sizes CK writes and alias nothing. All of them stay valid
+    // until the kernel has run: it is queued on the device's own stream, and the allocator
+    // hands a freed block only to work queued later on that same stream. The device is
+    // current on this thread (bound by `run`), as the stream requires.
+    unsafe { super::fmha_fwd(&params) }
+}
+
+/// Queues our Triton kernels, with split accumulators from candle's allocator (ordered by the
+/// stream as in `launch_ck`).
+fn launch_triton(
+    driver: &'static crate::gpu::Driver,
+    call: &AttnCall,
+    dev: &RocmDevice,
+    info: &crate::triton::DeviceInfo,
+    mut buffers: DeviceBuffers,
+) -> Result<()> {
+    let kernels = crate::triton::select(call, &info.arch, crate::triton::KERNELS)?;
+    let plan = crate::triton::Plan::new(call, kernels, info.units)?;
+    let (l_len, o_len) = plan.scratch_lens(call);
+    let scratch = (plan.num_splits > 1)
+        .then(|| Ok::<_, candle::Error>((dev.alloc::<f32>(l_len)?, dev.alloc::<f32>(o_len)?)))
+        .transpose()?;
+    if let Some((l_acc, o_acc)) = &scratch {
+        buffers.lse_acc = l_acc.as_ptr() as usize;
+        buffers.o_acc = o_acc.as_ptr() as usize;
+    }
+    // SAFETY: as in `launch_ck`: every address is a live allocation of this device checked
+    // against `call` (the accumulators sized by the plan), queued on the device's own stream,
+    // with the device current on this thread.
+    unsafe { crate::triton::launch(driver, call, &plan, &buffers) }
 }
 
 /// A fresh output buffer of `dtype`; zeroed when the kernel will not write every row.
@@ -168,9 +203,9 @@ fn fill_f32(
     Ok(())
 }
 
-/// Points `buffers` at the side tensors CK reads in place: the ALiBi slopes (f32), the
-/// cumulative seqlens (u32, read by CK as i32: they index q/k rows, so they fit) and the block
-/// table (u32 or i32, read as i32) with its row stride.
+/// Points `buffers` at the side tensors the kernels read in place: the ALiBi slopes (f32), the
+/// `mm_prefix_ranges` (i32, Triton only), the cumulative seqlens (u32, read as i32: they index
+/// q/k rows, so they fit) and the block table (u32 or i32, read as i32) with its row stride.
 fn attach_side_tensors(
     req: &Request<'_>,
     call: &AttnCall,
@@ -179,6 +214,11 @@ fn attach_side_tensors(
 ) -> Result<()> {
     if let Some(alibi) = &call.alibi {
         buffers.alibi_slopes = device_addr(&alibi.slopes, "alibi_slopes", dev)?.0;
+    }
+    if let Some(mm) = &call.mm_prefix {
+        let (addr, layout) = device_addr(&mm.ranges, "mm_prefix_ranges", dev)?;
+        buffers.mm_prefix = addr;
+        buffers.mm_prefix_row_stride = layout.stride()[0];
     }
     let Some(varlen) = req.varlen else {
         return Ok(());

@@ -6,6 +6,16 @@
 use super::ffi::bridge;
 use super::ffi::CkFwdParams;
 
+/// The archs and head-dim tiles of this build's CK kernels (empty without CK), for the dispatch.
+pub const CK_ARCHS: &str = match option_env!("FLASH_ATTN_ROCM_CK_ARCHS") {
+    Some(archs) => archs,
+    None => "",
+};
+pub const CK_HDIMS: &str = match option_env!("FLASH_ATTN_ROCM_CK_HDIMS") {
+    Some(hdims) => hdims,
+    None => "",
+};
+
 /// What this build holds: the requested GPU archs, then the archs with Triton kernels (head-dim
 /// tiles, dtypes, filter) and those with CK kernels (head-dim tiles, dtypes, LSE and paged
 /// kernels, name filter), or "no CK". Error messages quote it; rebuild with
@@ -46,11 +56,12 @@ pub fn device_count() -> candle::Result<usize> {
     Ok(usize::try_from(count).unwrap_or(0))
 }
 
-/// Number of visible HIP devices: in this build, an `Err` (it asks HIP through the CK shim,
-/// which was not built).
+/// Number of visible HIP devices (0 without a GPU), asked through HIP loaded at run time
+/// (this build has no CK shim); an `Err` when the HIP runtime cannot be loaded.
 #[cfg(not(flash_attn_rocm_ck))]
 pub fn device_count() -> candle::Result<usize> {
-    Err(no_ck("device_count"))
+    let count = crate::gpu::Driver::hip()?.device_count()?;
+    Ok(usize::try_from(count).unwrap_or(0))
 }
 
 #[cfg(not(flash_attn_rocm_ck))]

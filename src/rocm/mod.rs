@@ -1,4 +1,5 @@
-//! The ROCm backend: AMD Composable Kernel's fmha forward kernels behind a C++ shim.
+//! The ROCm backend: AMD Composable Kernel's fmha forward kernels behind a C++ shim, beside our
+//! Triton kernels ([`crate::triton`]); [`dispatch`] picks the family that serves a call.
 //!
 //! [`ffi`] holds the shared argument struct ([`CkFwdParams`]), compiled in every build so the
 //! marshalling is testable on any machine; [`marshal`] fills it from a validated
@@ -8,6 +9,7 @@
 
 #[cfg(feature = "candle-rocm")]
 pub(crate) mod candle_glue;
+pub mod dispatch;
 pub mod ffi;
 #[cfg(feature = "rocm")]
 mod launch;
@@ -19,4 +21,4 @@ pub use marshal::{
     LSE_KERNELS,
 };
 #[cfg(feature = "rocm")]
-pub use launch::{device_count, fmha_fwd, BUILD_INFO};
+pub use launch::{device_count, fmha_fwd, BUILD_INFO, CK_ARCHS, CK_HDIMS};

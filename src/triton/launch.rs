@@ -28,9 +28,12 @@ fn devices() -> &'static Mutex<HashMap<DeviceKey, DeviceInfo>> {
     DEVICES.get_or_init(Default::default)
 }
 
-/// Loaded kernels per (device, image); the modules stay loaded for the life of the process.
-fn functions() -> &'static Mutex<HashMap<(DeviceKey, usize), (Module, Function)>> {
-    static FUNCTIONS: OnceLock<Mutex<HashMap<(DeviceKey, usize), (Module, Function)>>> = OnceLock::new();
+/// Loaded kernels per (device, image address); the modules stay loaded for the life of the
+/// process.
+type FunctionCache = Mutex<HashMap<(DeviceKey, usize), (Module, Function)>>;
+
+fn functions() -> &'static FunctionCache {
+    static FUNCTIONS: OnceLock<FunctionCache> = OnceLock::new();
     FUNCTIONS.get_or_init(Default::default)
 }
 

@@ -1,0 +1,157 @@
+//! Which kernel family serves a call on an AMD GPU: Composable Kernel where a CK instance of
+//! this build serves it on this arch, our Triton kernels otherwise (RDNA, and what CK lacks:
+//! head dims off its tiles, any page size, softcap with ALiBi, mm_prefix_ranges).
+//! `FLASH_ATTN_ROCM_KERNELS=auto|ck|triton` forces one, for comparisons and tests. Pure Rust.
+use super::marshal::check_supported;
+use crate::params::AttnCall;
+use crate::triton::{select, KernelImage};
+use candle::Result;
+
+pub const ENV_KERNELS: &str = "FLASH_ATTN_ROCM_KERNELS";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelFamily {
+    Ck,
+    Triton,
+}
+
+/// The value of `FLASH_ATTN_ROCM_KERNELS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelChoice {
+    Auto,
+    Ck,
+    Triton,
+}
+
+impl KernelChoice {
+    /// Parses the variable's value; unset or empty is `Auto`.
+    pub fn parse(value: Option<&str>) -> Result<Self> {
+        match value.map(str::trim) {
+            None | Some("") | Some("auto") => Ok(Self::Auto),
+            Some("ck") => Ok(Self::Ck),
+            Some("triton") => Ok(Self::Triton),
+            Some(other) => candle::bail!("flash-attn-rocm: {ENV_KERNELS}={other}: expected auto, ck or triton"),
+        }
+    }
+
+    /// `FLASH_ATTN_ROCM_KERNELS`, read once per process.
+    pub fn from_env() -> Result<Self> {
+        static VALUE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+        Self::parse(VALUE.get_or_init(|| std::env::var(ENV_KERNELS).ok()).as_deref())
+    }
+}
+
+/// What this build compiled: CK's archs and head-dim tiles, and the Triton images.
+#[derive(Debug, Clone, Copy)]
+pub struct Built<'a> {
+    pub ck_archs: &'a str,
+    pub ck_hdims: &'a str,
+    pub triton: &'static [KernelImage],
+}
+
+impl Built<'_> {
+    /// Why CK cannot serve `call` on `arch`, or `None` when it can.
+    fn ck_refusal(&self, call: &AttnCall, arch: &str) -> Option<String> {
+        if !self.ck_archs.split(',').any(|a| a == arch) {
+            return Some(format!("CK was built for [{}], not {arch}", self.ck_archs));
+        }
+        // CK's dispatcher serves a head dim with the smallest tile that holds it.
+        let tiles = self.ck_hdims.split(',').filter_map(|h| h.parse::<usize>().ok());
+        if !tiles.clone().any(|t| t >= call.head_dim) {
+            return Some(format!("no CK head-dim tile >= {} was built ({})", call.head_dim, self.ck_hdims));
+        }
+        check_supported(call).err().map(|e| e.to_string())
+    }
+}
+
+/// The kernel family for `call` on `arch` under `choice`, or an `Err` saying why neither serves.
+pub fn choose(call: &AttnCall, arch: &str, choice: KernelChoice, built: &Built) -> Result<KernelFamily> {
+    let ck = || built.ck_refusal(call, arch);
+    let triton = || select(call, arch, built.triton).map(|_| ());
+    match choice {
+        KernelChoice::Ck => match ck() {
+            None => Ok(KernelFamily::Ck),
+            Some(why) => candle::bail!("flash-attn-rocm: {ENV_KERNELS}=ck: {why}"),
+        },
+        KernelChoice::Triton => triton().map(|_| KernelFamily::Triton),
+        KernelChoice::Auto => match (ck(), triton()) {
+            (None, _) => Ok(KernelFamily::Ck),
+            (Some(_), Ok(())) => Ok(KernelFamily::Triton),
+            (Some(ck_why), Err(triton_why)) => {
+                candle::bail!("flash-attn-rocm: no kernel serves this call on {arch}: CK: {ck_why}; Triton: {triton_why}")
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::{AttnCall, Request};
+    use crate::triton::{Family, KernelDtype, Tile};
+    use candle::{DType, Device, Tensor};
+
+    fn images(target: &'static str) -> &'static [KernelImage] {
+        let image = |family, tile, block_d, even_d| KernelImage {
+            target,
+            variant: "test",
+            kernel: "k",
+            family,
+            tile,
+            dtype: KernelDtype::F16,
+            block_d,
+            even_d,
+            paged: false,
+            extras: false,
+            block_m: 64,
+            block_n: 64,
+            threads: 128,
+            shared: 0,
+            scratch_args: 2,
+            image: &[],
+        };
+        let all = [32, 64, 128, 256]
+            .into_iter()
+            .flat_map(|d| {
+                [image(Family::Fwd, Tile::Prefill, d, true), image(Family::Fwd, Tile::Prefill, d, false), image(Family::Merge, Tile::Merge, d, false)]
+            })
+            .collect::<Vec<_>>();
+        Box::leak(all.into_boxed_slice())
+    }
+
+    fn call(d: usize) -> AttnCall {
+        let req = Request { softmax_scale: 0.1, alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None, varlen: None };
+        let q = Tensor::zeros((1, 100, 4, d), DType::F16, &Device::Cpu).unwrap();
+        AttnCall::new(&req, [DType::F16; 3], q.layout(), q.layout(), q.layout()).unwrap()
+    }
+
+    #[test]
+    fn auto_prefers_ck_and_falls_back_to_triton() {
+        let built = Built { ck_archs: "gfx942", ck_hdims: "64,128", triton: images("gfx942") };
+        assert_eq!(choose(&call(128), "gfx942", KernelChoice::Auto, &built).unwrap(), KernelFamily::Ck);
+        assert_eq!(choose(&call(40), "gfx942", KernelChoice::Auto, &built).unwrap(), KernelFamily::Ck);
+        // Head dim 256: no CK tile built; Triton serves it.
+        assert_eq!(choose(&call(256), "gfx942", KernelChoice::Auto, &built).unwrap(), KernelFamily::Triton);
+        let rdna = Built { ck_archs: "gfx942", ck_hdims: "64,128", triton: images("gfx1100") };
+        assert_eq!(choose(&call(128), "gfx1100", KernelChoice::Auto, &rdna).unwrap(), KernelFamily::Triton);
+    }
+
+    #[test]
+    fn forced_choices_and_refusals_say_why() {
+        let built = Built { ck_archs: "gfx942", ck_hdims: "64,128", triton: images("gfx942") };
+        assert_eq!(choose(&call(64), "gfx942", KernelChoice::Triton, &built).unwrap(), KernelFamily::Triton);
+        let err = choose(&call(256), "gfx942", KernelChoice::Ck, &built).unwrap_err().to_string();
+        assert!(err.contains("FLASH_ATTN_ROCM_KERNELS=ck") && err.contains("tile >= 256"), "{err}");
+        let none = Built { ck_archs: "", ck_hdims: "", triton: images("gfx942") };
+        let err = choose(&call(64), "gfx1201", KernelChoice::Auto, &none).unwrap_err().to_string();
+        assert!(err.contains("CK was built for []") && err.contains("no Triton kernel built for gfx1201"), "{err}");
+    }
+
+    #[test]
+    fn the_variable_parses_strictly() {
+        assert_eq!(KernelChoice::parse(None).unwrap(), KernelChoice::Auto);
+        assert_eq!(KernelChoice::parse(Some(" triton ")).unwrap(), KernelChoice::Triton);
+        assert_eq!(KernelChoice::parse(Some("ck")).unwrap(), KernelChoice::Ck);
+        assert!(KernelChoice::parse(Some("cuda")).unwrap_err().to_string().contains("auto, ck or triton"));
+    }
+}

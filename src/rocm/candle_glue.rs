@@ -74,7 +74,7 @@ fn run(
     // A small allocation binds the device to this thread, so that the HIP queries below see it
     // (the output is allocated after the choice: whether it is prefilled depends on it).
     let driver = crate::gpu::Driver::hip()?;
-    drop(dev.alloc::<u8>(1)?);
+    drop(dev.alloc::<f32>(1)?);
     let (_, info) = crate::triton::current_device(driver)?;
     let built = Built { ck_archs: super::CK_ARCHS, ck_hdims: super::CK_HDIMS, triton: crate::triton::KERNELS };
     let family = choose(&call, &info.arch, KernelChoice::from_env()?, &built)?;

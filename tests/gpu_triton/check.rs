@@ -1,7 +1,7 @@
 //! The same checks as tests/rocm_candle/check.rs, with "on the GPU" meaning "inside
 //! `run_on_gpu`" on CPU tensors: the case files shared with that suite run unchanged.
 
-use candle::{DType, Device, Result, Tensor};
+use candle::{Device, Tensor};
 use flash_attn_rocm::gpu::Driver;
 use flash_attn_rocm::triton::{embedded_targets, offload::run_on_gpu};
 use rand::rngs::StdRng;
@@ -9,8 +9,7 @@ use rand::rngs::StdRng;
 use crate::common::expected::Expected;
 use crate::common::{assert_close, assert_lse_close, rng, values};
 
-pub const DTYPES: [DType; 2] = [DType::F16, DType::BF16];
-pub const DTYPES_AND_DIMS: [(DType, usize, usize); 2] = [(DTYPES[0], 64, 128), (DTYPES[1], 128, 64)];
+pub use crate::common::outcome::{out_only, with_lse, Outcome, DTYPES, DTYPES_AND_DIMS};
 /// GPU LSE vs CPU LSE, relative to `1 + |lse|` (see tests/rocm_candle/check.rs).
 const LSE_TOL: f64 = 2e-4;
 const CPU_LSE_TOL: f64 = 1e-4;
@@ -43,16 +42,6 @@ pub fn gpu_and_rng(test: &str) -> Option<(Device, StdRng)> {
             None
         }
     }
-}
-
-pub type Outcome = Result<(Tensor, Option<Tensor>)>;
-
-pub fn out_only(t: Result<Tensor>) -> Outcome {
-    t.map(|t| (t, None))
-}
-
-pub fn with_lse(t: Result<(Tensor, Tensor)>) -> Outcome {
-    t.map(|(out, lse)| (out, Some(lse)))
 }
 
 /// Runs `f` on the CPU backend and offloaded to the GPU, then checks both outputs against `exp`

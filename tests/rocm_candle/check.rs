@@ -1,16 +1,13 @@
 //! Running one public function on the GPU and on the CPU, and comparing both with the reference.
 
-use candle::{DType, Device, Result, Tensor};
+use candle::{DType, Device, Tensor};
 use flash_attn_rocm as fa;
 use rand::rngs::StdRng;
 
 use crate::common::expected::Expected;
 use crate::common::{assert_close, assert_lse_close, rng, values};
 
-pub const DTYPES: [DType; 2] = [DType::F16, DType::BF16];
-/// Each dtype with the two head dims its cases alternate, swapped between the dtypes so that
-/// both see each of 64 and 128 in every row.
-pub const DTYPES_AND_DIMS: [(DType, usize, usize); 2] = [(DTYPES[0], 64, 128), (DTYPES[1], 128, 64)];
+pub use crate::common::outcome::{out_only, with_lse, Outcome, DTYPES, DTYPES_AND_DIMS};
 /// GPU LSE vs CPU LSE, relative to `1 + |lse|`. Both accumulate in f32 from the same inputs and
 /// agree to about 1e-5; one key wrongly masked in or out moves an LSE by about `1 / s_k`, several
 /// times this tolerance at the lengths used here.
@@ -49,17 +46,6 @@ fn lse_kernels_built(paged: bool) -> bool {
 
 fn to_cpu(t: &Tensor) -> Tensor {
     t.to_device(&Device::Cpu).unwrap()
-}
-
-/// What a public function returns: the output, and the LSE for the LSE variants.
-pub type Outcome = Result<(Tensor, Option<Tensor>)>;
-
-pub fn out_only(t: Result<Tensor>) -> Outcome {
-    t.map(|t| (t, None))
-}
-
-pub fn with_lse(t: Result<(Tensor, Tensor)>) -> Outcome {
-    t.map(|(out, lse)| (out, Some(lse)))
 }
 
 /// Runs `f` on the CPU tensors `args` and on copies of them on `dev` (same layouts: strided

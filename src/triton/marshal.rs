@@ -83,7 +83,9 @@ pub fn fwd_args(call: &AttnCall, buffers: &DeviceBuffers, plan: &Plan) -> Result
     let v = aligned("v", buffers.v + call.v.offset * ELEM, &[call.v.batch_stride, call.v.row_stride, call.v.head_stride])?;
     aligned("out", buffers.out, &[])?;
     // Offsets the kernels form in 32 bits (the sequence/batch bases are 64-bit).
-    int("max_seqlen_q x q row stride", call.max_seqlen_q * call.q.row_stride)?;
+    // Rows of the last query block past the sequence still form addresses (masked loads).
+    let q_rows = call.max_seqlen_q + plan.kernels.fwd.block_m as usize;
+    int("q rows x q row stride", q_rows * call.q.row_stride)?;
     int("q heads x q head stride", h * call.q.head_stride)?;
     let k_rows = match &call.seqs.paging {
         Some(p) => p.page_block_size,

@@ -1,57 +1,145 @@
 #!/usr/bin/env bash
-# Builds and links the `rocm` feature in the Debian sid ROCm chroot (created or reused outside
-# the repo by scripts/rocm-chroot.sh), then checks the GPU code objects: every generated kernel
-# present in the linked test binary, MFMA instructions used, no calls inside kernels.
+# The ROCm compile checks, in the Debian sid ROCm chroot (created or reused outside the repo by
+# scripts/rocm-chroot.sh); no GPU needed. Needs root.
 #
-# Kernel set: FLASH_ATTN_ROCM_ARCHS/HDIMS/DTYPES/FILTER, by default gfx942, hdim 128, fp16 and a
-# handful of instances, one per kernel family the API reaches: batch with a mask, varlen with
-# ALiBi, softcap, paged K/V (split-KV, with its combine kernels). Set FLASH_ATTN_ROCM_FILTER=
-# (empty) to build every variant of that head dim and dtype (35 instances). Needs root.
+#  1. CK + Triton for gfx942: build and link `--features rocm` (tests/rocm_kernels.rs), check
+#     the CK code objects (scripts/check_code_objects.py: every generated kernel in the linked
+#     binary, MFMA used, no calls in kernels), run the test binary (its tests report a skip).
+#     CK kernel set: FLASH_ATTN_ROCM_ARCHS/HDIMS/DTYPES/FILTER, by default gfx942, hdim 128, fp16
+#     and a handful of instances, one per kernel family the API reaches: batch with a mask,
+#     varlen with ALiBi, softcap, paged K/V (split-KV, with its combine kernels); set
+#     FLASH_ATTN_ROCM_FILTER= (empty) for every variant of that head dim and dtype (35
+#     instances). Triton here: FLASH_ATTN_ROCM_TRITON_DIMS, by default the 128 tile only, since
+#     step 3 covers the full set.
+#  2. RDNA (gfx1100, gfx1201): the Triton-only build (no CK, no hipcc) and link, and its test
+#     binary. Head-dim tile 64 only (fp16 and bf16): this proves the build path, embedding and
+#     the no-CK API; step 3 compiles every kernel for these archs.
+#  3. Triton AOT check: kernels/aot.py for gfx90a, gfx942, gfx1100 and gfx1201 with every tile
+#     and dtype, then scripts/check_triton_objects.py on the code objects (every kernel present
+#     and built for its target, WMMA on gfx11/gfx12, MFMA on gfx9; spills reported). Cached
+#     under the chroot's ~/.cache by a hash of kernels/*.py: an unchanged rerun compiles nothing.
 set -euo pipefail
 
 CI_FILTER='fmha_fwd_d128_fp16_batch_*_psskddv_nlogits_nbias_mask_lse_*'
 CI_FILTER+=',fmha_fwd_d128_fp16_group_*_nlogits_alibi_nmask_lse_*'
 CI_FILTER+=',fmha_fwd_d128_fp16_batch_*_psddv_logits_nbias_nmask_lse_*'
 CI_FILTER+=',fmha_fwd_splitkv_d128_fp16_group_*_pssk_nlogits_nbias_mask_*_pagedkv'
+RDNA_ARCHS=gfx1100,gfx1201
+AOT_TARGETS=gfx90a,gfx942,gfx1100,gfx1201
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 chroot_sh="$repo/scripts/rocm-chroot.sh"
 target="$repo/target/chroot"
 arch="${FLASH_ATTN_ROCM_ARCHS:-gfx942}"
+# The chroot's own cache, at this path inside it (HOME is the host's there, ~/.cache is not):
+# the build's triton venv and kernel caches, and the AOT check's output.
+cache="$HOME/.cache/flash-attn-rocm"
+triton_version="$(sed -n 's/^pub const TRITON_VERSION: &str = "\(.*\)";/\1/p' "$repo/build/python_env.rs")"
+[ -n "$triton_version" ] || { echo "rocm-check: no TRITON_VERSION in build/python_env.rs" >&2; exit 1; }
 start=$SECONDS
+timings=()
 
-step=$SECONDS
-"$chroot_sh" create
-echo "rocm-check: chroot ready in $((SECONDS - step)) s"
+# step NAME CMD...: runs CMD and records how long it took.
+step() {
+    local name="$1" begin=$SECONDS
+    shift
+    "$@"
+    timings+=("$(printf '%5d s  %s' $((SECONDS - begin)) "$name")")
+    echo "rocm-check: $name in $((SECONDS - begin)) s"
+}
 
-step=$SECONDS
+# Runs CMD in the chroot. Inside it the repo is mounted at the same path, so repo paths hold
+# there too; host settings that name host paths are replaced or dropped.
+in_chroot() {
+    "$chroot_sh" run -- env -u FLASH_ATTN_ROCM_PYTHON -u FLASH_ATTN_ROCM_BUILD_DIR \
+        FLASH_ATTN_ROCM_CACHE="$cache" CARGO_TARGET_DIR="$target" \
+        CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" "$@"
+}
+
+# cargo_build MESSAGES VAR=VALUE...: builds and links tests/rocm_kernels.rs with the `rocm`
+# feature. The dev profile: this build is for inspection and linking, and the test profile's
+# opt-level 3 would make compiling the dependencies a lot slower.
+cargo_build() {
+    local messages="$1"
+    shift
+    in_chroot env "$@" cargo test --profile dev --features rocm --test rocm_kernels --no-run \
+        --message-format=json-render-diagnostics >"$messages"
+}
+
+# run_tests MESSAGES: runs the test binary the build named last. No GPU here: the tests that
+# need one report that they skip; this proves the binary loads and its no-GPU tests pass.
+run_tests() {
+    local binary
+    binary="$(in_chroot python3 -c 'import json, sys
+exe = [m["executable"] for m in map(json.loads, (l for l in open(sys.argv[1]) if l.startswith("{")))
+       if m.get("executable")]
+print(exe[-1])' "$1")"
+    in_chroot "$binary" --nocapture
+}
+
+# The AOT output for the current kernels: compiled once per key, then reused.
+aot_key="$(cd "$repo" && { echo "triton $triton_version targets $AOT_TARGETS"; sha256sum kernels/*.py; } |
+    sha256sum | cut -c1-16)"
+aot_dir="$cache/ci-aot/$aot_key"
+
+aot_compile() {
+    local host_dir
+    host_dir="$("$chroot_sh" path)$aot_dir"
+    if [ -f "$host_dir/complete" ]; then
+        echo "rocm-check: reusing $aot_dir (kernels/*.py unchanged)"
+        return
+    fi
+    local python="$cache/triton-$triton_version/bin/python"
+    if ! in_chroot test -x "$python"; then
+        echo "rocm-check: no triton venv at $python in the chroot (the gfx942 build creates it)" >&2
+        return 1
+    fi
+    # Compiled into a staging directory, moved into place when complete; Triton's own cache is
+    # kept there until then, so an interrupted run resumes where it stopped.
+    local staging="$aot_dir.tmp"
+    mkdir -p "$host_dir.tmp"
+    echo "rocm-check: compiling the Triton kernels for $AOT_TARGETS into $aot_dir (log: aot.log there)"
+    if ! in_chroot env PYTHONDONTWRITEBYTECODE=1 TRITON_CACHE_DIR="$staging/jit-cache" \
+        "$python" "$repo/kernels/aot.py" --targets "$AOT_TARGETS" --out "$staging" \
+        >"$host_dir.tmp/aot.log" 2>&1; then
+        tail -40 "$host_dir.tmp/aot.log" >&2
+        echo "rocm-check: kernels/aot.py failed (log: $host_dir.tmp/aot.log)" >&2
+        return 1
+    fi
+    tail -1 "$host_dir.tmp/aot.log"
+    rm -rf "$host_dir.tmp/jit-cache"
+    touch "$host_dir.tmp/complete"
+    # Outputs for older kernel sources are of no further use.
+    find "$(dirname "$host_dir")" -mindepth 1 -maxdepth 1 -type d ! -name "$aot_key*" -exec rm -rf {} +
+    mv "$host_dir.tmp" "$host_dir"
+}
+
+step "chroot ready" "$chroot_sh" create
+# Both builds share one target dir, so the dependencies compile once (switching the kernel set
+# recompiles only this crate, in seconds); they also share the test binary's path, so each
+# build's checks run before the next build.
 mkdir -p "$target"
-# The dev profile: this build is for inspection and linking, and the test profile's opt-level 3
-# would make compiling the dependencies a lot slower.
-messages="$target/rocm-check-messages.json"
-# Inside the chroot the repo is mounted at the same path, so these paths hold there too.
-"$chroot_sh" run -- env \
-    CARGO_TARGET_DIR="$target" \
-    CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" \
+
+ck_messages="$target/rocm-check-messages.json"
+step "cargo build + link (--features rocm, $arch)" cargo_build "$ck_messages" \
     FLASH_ATTN_ROCM_ARCHS="$arch" \
     FLASH_ATTN_ROCM_HDIMS="${FLASH_ATTN_ROCM_HDIMS:-128}" \
     FLASH_ATTN_ROCM_DTYPES="${FLASH_ATTN_ROCM_DTYPES:-fp16}" \
     FLASH_ATTN_ROCM_FILTER="${FLASH_ATTN_ROCM_FILTER-$CI_FILTER}" \
-    cargo test --profile dev --features rocm --test rocm_kernels --no-run \
-    --message-format=json-render-diagnostics >"$messages"
-echo "rocm-check: cargo build + link (--features rocm, $arch) in $((SECONDS - step)) s"
+    FLASH_ATTN_ROCM_TRITON_DIMS="${FLASH_ATTN_ROCM_TRITON_DIMS:-128}"
+step "CK code-object check ($arch)" in_chroot python3 "$repo/scripts/check_code_objects.py" \
+    --cargo-json "$ck_messages" --arch "${arch%%,*}"
+step "test binary ($arch)" run_tests "$ck_messages"
 
-step=$SECONDS
-"$chroot_sh" run -- python3 "$repo/scripts/check_code_objects.py" \
-    --cargo-json "$messages" --arch "${arch%%,*}"
-echo "rocm-check: code-object check in $((SECONDS - step)) s"
+rdna_messages="$target/rocm-check-rdna-messages.json"
+step "cargo build + link (--features rocm, $RDNA_ARCHS, Triton only)" cargo_build "$rdna_messages" \
+    FLASH_ATTN_ROCM_ARCHS="$RDNA_ARCHS" FLASH_ATTN_ROCM_TRITON_DIMS=64 FLASH_ATTN_ROCM_DTYPES=fp16,bf16
+step "test binary ($RDNA_ARCHS)" run_tests "$rdna_messages"
 
-step=$SECONDS
-binary="$(python3 -c 'import json,sys
-exe=[m["executable"] for m in map(json.loads, (l for l in open(sys.argv[1]) if l.startswith("{"))) if m.get("executable")]
-print(exe[-1])' "$messages")"
-# No GPU here: the tests report that they skip; this proves the binary loads and the bridge runs.
-"$chroot_sh" run -- "$binary" --nocapture
-echo "rocm-check: test binary ran in $((SECONDS - step)) s"
+step "Triton AOT compile ($AOT_TARGETS)" aot_compile
+step "Triton code-object check ($AOT_TARGETS)" in_chroot python3 "$repo/scripts/check_triton_objects.py" \
+    "$aot_dir" --targets "$AOT_TARGETS"
 
+echo "rocm-check: step times"
+printf '  %s\n' "${timings[@]}"
 echo "rocm-check: passed in $((SECONDS - start)) s"

@@ -15,10 +15,11 @@ REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # What debootstrap installs: the HIP compiler and runtime, device libraries and build tools.
 BOOTSTRAP_PACKAGES="hipcc,libamdhip64-dev,rocm-device-libs-21,cmake,python3,make,ninja-build"
-# Installed afterwards: TLS roots and pip (the build asks pip for its index), a C/C++ toolchain
-# for rustc's linker and libstdc++, and LLVM 21's tools to inspect code objects
-# (llvm-objcopy/readelf/objdump in llvm-21, clang-offload-bundler in clang-tools-21).
-EXTRA_PACKAGES="ca-certificates python3-pip g++ llvm-21 clang-tools-21"
+# Installed afterwards: TLS roots, pip and venv (the build creates a venv for its pinned triton
+# and installs it from pip's index), a C/C++ toolchain for rustc's linker and libstdc++, and
+# LLVM 21's tools to inspect code objects (llvm-objcopy/readelf/objdump in llvm-21,
+# clang-offload-bundler in clang-tools-21).
+EXTRA_PACKAGES="ca-certificates python3-pip python3-venv g++ llvm-21 clang-tools-21"
 # Written last; its content records the package set, so a changed list re-runs the install.
 MARKER="$CHROOT_DIR/.flash-attn-rocm-chroot-complete"
 MARKER_CONTENT="$BOOTSTRAP_PACKAGES $EXTRA_PACKAGES"

@@ -19,11 +19,40 @@ fn gpu_available(test: &str) -> bool {
     }
 }
 
-/// A call no built kernel serves (head dim 256 is outside the default tiles and the CI set)
+/// The head dims of this build's CK kernels, or `None` when CK was not built (RDNA-only
+/// builds). `rocm::CK_HDIMS`, not `BUILD_INFO`: the latter also lists the Triton tiles (by
+/// default 32,64,128,256), which say nothing about CK's.
+fn ck_hdims() -> Option<Vec<u32>> {
+    if rocm::CK_HDIMS.is_empty() {
+        return None;
+    }
+    let parse = |d: &str| {
+        d.parse()
+            .unwrap_or_else(|_| panic!("CK_HDIMS `{}`", rocm::CK_HDIMS))
+    };
+    Some(rocm::CK_HDIMS.split(',').map(parse).collect())
+}
+
+/// A call no built CK kernel serves (head dim 256 is outside CK's default tiles and the CI set)
 /// is refused before any memory is touched, with a message naming the rebuild variables.
 #[test]
 fn unbuilt_head_dim_is_a_clear_error() {
-    if !gpu_available("unbuilt_head_dim_is_a_clear_error") || rocm::BUILD_INFO.contains("256") {
+    let test = "unbuilt_head_dim_is_a_clear_error";
+    let Some(hdims) = ck_hdims() else {
+        eprintln!(
+            "{test}: skipped, this build has no CK kernels ({})",
+            rocm::BUILD_INFO
+        );
+        return;
+    };
+    if hdims.contains(&256) {
+        eprintln!(
+            "{test}: skipped, CK kernels for head dim 256 are built ({})",
+            rocm::BUILD_INFO
+        );
+        return;
+    }
+    if !gpu_available(test) {
         return;
     }
     let params = CkFwdParams {
@@ -49,4 +78,32 @@ fn unbuilt_head_dim_is_a_clear_error() {
 #[test]
 fn build_info_names_the_built_archs() {
     assert!(rocm::BUILD_INFO.starts_with("gfx"), "{}", rocm::BUILD_INFO);
+    // build/main.rs writes `...; CK for <archs> (hdims ...)` or `...; no CK (...)`.
+    let ck_in_info = rocm::BUILD_INFO.contains("; CK for ");
+    assert_eq!(
+        ck_in_info,
+        ck_hdims().is_some(),
+        "{} vs CK_HDIMS `{}`",
+        rocm::BUILD_INFO,
+        rocm::CK_HDIMS
+    );
+}
+
+/// A build without CK (RDNA archs only) still has the low-level API; it refuses with the reason
+/// and the variable to rebuild with. Needs no GPU.
+#[test]
+fn no_ck_build_says_so() {
+    if ck_hdims().is_some() {
+        eprintln!(
+            "no_ck_build_says_so: skipped, this build has CK kernels ({})",
+            rocm::BUILD_INFO
+        );
+        return;
+    }
+    // SAFETY: without CK, fmha_fwd returns an error before it reads anything.
+    let err = unsafe { rocm::fmha_fwd(&CkFwdParams::default()) }
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("Composable Kernel was not built"), "{err}");
+    assert!(err.contains("FLASH_ATTN_ROCM_ARCHS"), "{err}");
 }

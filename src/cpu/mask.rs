@@ -21,7 +21,8 @@ impl RowRanges {
                 prefix_ranges
                     .iter()
                     .filter(|&&(lo, hi)| lo < hi && (lo as i64..hi as i64).contains(&pos))
-                    .map(|&(lo, hi)| (lo.max(0) as usize, (hi as usize).min(s_k)))
+                    // Clipped to [0, s_k]: a negative end is an empty range, not "every key".
+                    .map(|&(lo, hi)| (lo.max(0) as usize, (hi.max(0) as usize).min(s_k)))
                     .fold((0, 0), |acc, r| if acc.0 < acc.1 { (acc.0.min(r.0), acc.1.max(r.1)) } else { r })
             })
             .collect();
@@ -71,8 +72,9 @@ impl Logits<'_> {
         for r in 0..rows {
             let row = &mut scores[r * ld..r * ld + n];
             if let Some(cap) = self.softcap {
-                let inv = 1.0 / cap;
-                row.iter_mut().for_each(|s| *s = cap * (*s * inv).tanh());
+                // Divide, not multiply by 1 / cap: for a cap below ~2.9e-39 the reciprocal
+                // overflows to inf and a zero logit would become NaN.
+                row.iter_mut().for_each(|s| *s = cap * (*s / cap).tanh());
             }
             if let Some(slope) = self.alibi_slope {
                 let pos = self.pos0 + r as i64;

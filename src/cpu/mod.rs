@@ -46,7 +46,7 @@ pub fn forward(
                 alibi_slopes: alibi.as_deref(),
                 prefix_ranges: prefix.as_deref(),
             };
-            let (out, lse) = run_all(&inputs, want_lse);
+            let (out, lse) = run_all(&inputs, want_lse)?;
             (CpuStorage::$variant(out), lse)
         }};
     }
@@ -86,12 +86,24 @@ impl<T> SharedMut<T> {
     }
 }
 
-fn run_all<T: Element>(inp: &Inputs<'_, T>, want_lse: bool) -> (Vec<T>, Option<Vec<f32>>) {
+/// `len` copies of `value`, or an `Err` when the memory cannot be had: an output too large to
+/// allocate (a broadcast q of 2^37 rows, say) must not abort the process.
+fn filled<T: Clone>(len: Option<usize>, value: T, what: &str) -> Result<Vec<T>> {
+    let len = len.ok_or_else(|| candle::Error::Msg(format!("flash-attn: the {what} size overflows usize")))?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|e| candle::Error::Msg(format!("flash-attn: cannot allocate the {what} ({len} elements): {e}")))?;
+    v.resize(len, value);
+    Ok(v)
+}
+
+fn run_all<T: Element>(inp: &Inputs<'_, T>, want_lse: bool) -> Result<(Vec<T>, Option<Vec<f32>>)> {
     let call = inp.call;
     let d = call.head_dim;
-    let mut out = vec![T::from_f32(0.0); call.total_q * call.num_heads * d];
+    let out_len = call.total_q.checked_mul(call.num_heads).and_then(|n| n.checked_mul(d));
+    let mut out = filled(out_len, T::from_f32(0.0), "output")?;
     let mut lse = if want_lse {
-        vec![f32::NEG_INFINITY; call.lse_dims().iter().product()]
+        filled(call.lse_dims().iter().try_fold(1usize, |n, &x| n.checked_mul(x)), f32::NEG_INFINITY, "LSE")?
     } else {
         Vec::new()
     };
@@ -117,6 +129,6 @@ fn run_all<T: Element>(inp: &Inputs<'_, T>, want_lse: bool) -> (Vec<T>, Option<V
             }
         }
     });
-    (out, want_lse.then_some(lse))
+    Ok((out, want_lse.then_some(lse)))
 }
 

@@ -9,7 +9,7 @@ mod common;
 use candle::{DType, Device, Tensor};
 use common::rng;
 use flash_attn_rocm::params::{AttnCall, Request, VarLenRequest};
-use flash_attn_rocm::rocm::{ck_fwd_params, split_kv_scratch_lens, CkBias, CkDtype, CkFwdParams, CkMask, DeviceBuffers};
+use flash_attn_rocm::rocm::{check_ck_params, check_supported, ck_fwd_params, split_kv_scratch_lens, CkBias, CkDtype, CkFwdParams, CkMask, DeviceBuffers};
 use rand::Rng;
 
 const BUFFERS: DeviceBuffers = common::outcome::FAKE_BUFFERS;
@@ -258,6 +258,12 @@ fn paged_function_marshals_block_table_and_split_kv_scratch() {
     // k/v: batch stride = one block, row stride inside a block, head stride d.
     assert_eq!((p.batch_stride_k, p.stride_k, p.nhead_stride_k), (i(page * h_k * d), i(h_k * d), i(d)));
     assert_eq!((p.batch_stride_v, p.stride_v, p.nhead_stride_v), (i(page * h_k * d), i(h_k * d), i(d)));
+    // What the low-level check demands of a paged call, on what marshalling produced.
+    check_ck_params(&p).unwrap();
+    let no_table = CkFwdParams { block_table_ptr: 0, ..p };
+    assert!(check_ck_params(&no_table).unwrap_err().to_string().contains("block_table_ptr"));
+    let no_scratch = CkFwdParams { o_acc_ptr: 0, ..p };
+    assert!(check_ck_params(&no_scratch).unwrap_err().to_string().contains("o_acc_ptr"));
     assert_eq!((p.seqstart_q_ptr, p.seqstart_k_ptr), (BUFFERS.seqstart_q, BUFFERS.seqstart_k));
     assert_eq!((p.batch, p.seqlen_q, p.max_seqlen_q), (i(lens.len()), i(total_q), i(max_q)));
     assert_eq!((p.mask_type, p.window_size_left, p.window_size_right), (CkMask::BottomRight, i(max_k), 0));
@@ -276,4 +282,68 @@ fn paged_function_marshals_block_table_and_split_kv_scratch() {
     let req = Request { varlen: Some(varlen), ..req };
     let call = AttnCall::new(&req, [DType::F16; 3], q.layout(), small.layout(), small.layout()).unwrap();
     assert!(ck_fwd_params(&call, &BUFFERS).unwrap_err().to_string().contains("multiple of 128"));
+}
+
+/// Issue 8 item 2: CK multiplies the raw scale into exp2 with a running max starting at -inf,
+/// so a scale <= 0 (or one that x log2(e) flushes to zero) would give NaN: refused.
+#[test]
+fn ck_refuses_scales_that_would_give_nan() {
+    let mut rng = rng("ck_refuses_scales_that_would_give_nan");
+    let q = zeros(&[1, rng.gen_range(1..50), 2, 64], DType::F16);
+    let call = |scale: f32| {
+        let req = Request { softmax_scale: scale, alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None, varlen: None };
+        AttnCall::new(&req, [DType::F16; 3], q.layout(), q.layout(), q.layout()).unwrap()
+    };
+    for scale in [0.0, -0.125, -rng.gen_range(1e-3..10.0f32), 1e-39, f32::MIN_POSITIVE / 2.0] {
+        let err = check_supported(&call(scale)).unwrap_err().to_string();
+        assert!(err.contains("softmax_scale > 0"), "scale {scale}: {err}");
+    }
+    for scale in [1e-30, 0.125, rng.gen_range(1e-3..10.0f32)] {
+        check_supported(&call(scale)).unwrap();
+    }
+}
+
+/// Issue 8 item 7: CK loads 16 bytes at a time, so a view whose element offset or strides are
+/// not multiples of 8 is refused rather than read misaligned.
+#[test]
+fn ck_refuses_views_not_16_byte_aligned() {
+    let mut rng = rng("ck_refuses_views_not_16_byte_aligned");
+    let (s, h, d) = (rng.gen_range(1..40), 2, 64);
+    let shift = rng.gen_range(1..8);
+    let flat = zeros(&[s * h * d + shift], DType::BF16);
+    let q = flat.narrow(0, shift, s * h * d).unwrap().reshape((1, s, h, d)).unwrap();
+    let req = Request { softmax_scale: 0.1, alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None, varlen: None };
+    let kv = zeros(&[1, s, h, d], DType::BF16);
+    let call = AttnCall::new(&req, [DType::BF16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
+    let err = ck_fwd_params(&call, &BUFFERS).unwrap_err().to_string();
+    assert!(err.contains("16 bytes") && err.contains(&format!("offset {shift}")), "{err}");
+    // The same data 8 elements in is fine.
+    let q = zeros(&[s * h * d + 8], DType::BF16).narrow(0, 8, s * h * d).unwrap().reshape((1, s, h, d)).unwrap();
+    let call = AttnCall::new(&req, [DType::BF16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
+    ck_fwd_params(&call, &BUFFERS).unwrap();
+}
+
+/// Issue 8 item 5: the low-level API's parameters are checked before they reach the shim:
+/// `CkFwdParams::default()` (nhead_k = 0, which CK divides by), group mode without seqstarts,
+/// an LSE or ALiBi without its buffer.
+#[test]
+fn low_level_params_are_checked_before_the_shim() {
+    let err = check_ck_params(&CkFwdParams::default()).unwrap_err().to_string();
+    assert!(err.contains("nhead_k 0"), "{err}");
+    let mut rng = rng("low_level_params_are_checked_before_the_shim");
+    let c = BatchCall { left: None, right: Some(0), alibi: true, softcap: None };
+    let (p, _, _, _) = batch_params(&mut rng, &c, DType::F16);
+    check_ck_params(&p).unwrap();
+    let bad = [
+        (CkFwdParams { nhead_k: p.nhead_q + 1, ..p }, "must divide"),
+        (CkFwdParams { q_ptr: 0, ..p }, "q_ptr"),
+        (CkFwdParams { alibi_slopes_ptr: 0, ..p }, "alibi_slopes_ptr"),
+        (CkFwdParams { has_lse: true, lse_ptr: 0, ..p }, "lse_ptr"),
+        (CkFwdParams { is_group_mode: true, seqstart_q_ptr: 0, ..p }, "seqstart"),
+        (CkFwdParams { page_block_size: 128, ..p }, "paged K/V"),
+    ];
+    for (params, needle) in bad {
+        let err = check_ck_params(&params).unwrap_err().to_string();
+        assert!(err.contains(needle), "expected `{needle}` in `{err}`");
+    }
 }

@@ -34,8 +34,9 @@ pub const BUILD_INFO: &str = env!("FLASH_ATTN_ROCM_BUILD_INFO");
 /// `params.stream` must be a live `hipStream_t` of that device, or 0 for the null stream.
 #[cfg(flash_attn_rocm_ck)]
 pub unsafe fn fmha_fwd(params: &CkFwdParams) -> candle::Result<()> {
+    super::marshal::check_ck_params(params)?;
     // SAFETY: the caller upholds the pointer, lifetime and stream contract stated above, which
-    // is exactly what the shim requires.
+    // is exactly what the shim requires; the sizes and required pointers were checked above.
     unsafe { bridge::ck_fmha_fwd(params) }.map_err(|e| candle::Error::Msg(e.what().to_string()))
 }
 

@@ -159,6 +159,29 @@ pub fn check_supported(call: &AttnCall) -> Result<()> {
     if !matches!(call.dtype, DType::F16 | DType::BF16) {
         candle::bail!("flash-attn-rocm: CK kernels take f16 or bf16, got {:?}", call.dtype)
     }
+    // CK multiplies the raw scale into its exp2 arguments while the running max starts at
+    // -inf: a scale <= 0, or one that flushes to zero once multiplied by log2(e), gives NaN.
+    let scale_log2 = call.softmax_scale * std::f32::consts::LOG2_E;
+    if !(scale_log2 > 0.0 && scale_log2.is_normal()) {
+        candle::bail!(
+            "flash-attn-rocm: CK's kernels need softmax_scale > 0 and not denormal after x log2(e), got {} \
+             (the Triton kernels and the CPU backend take any finite scale)",
+            call.softmax_scale
+        )
+    }
+    for (name, view) in [("q", &call.q), ("k", &call.k), ("v", &call.v)] {
+        let parts = [view.offset, view.batch_stride, view.row_stride, view.head_stride];
+        if parts.iter().any(|x| x % CK_ALIGN_ELEMS != 0) {
+            candle::bail!(
+                "flash-attn-rocm: CK loads {name} 16 bytes at a time: its element offset {} and strides \
+                 (batch {}, row {}, head {}) must be multiples of {CK_ALIGN_ELEMS}; make {name} contiguous",
+                view.offset,
+                view.batch_stride,
+                view.row_stride,
+                view.head_stride
+            )
+        }
+    }
     if call.head_dim > CK_MAX_HEAD_DIM {
         candle::bail!(
             "flash-attn-rocm: CK supports head dims up to {CK_MAX_HEAD_DIM}, got {}",
@@ -179,6 +202,49 @@ pub fn check_supported(call: &AttnCall) -> Result<()> {
                 paging.page_block_size
             )
         }
+    }
+    Ok(())
+}
+
+/// CK's kernels load q/k/v rows 16 bytes (8 elements) at a time.
+const CK_ALIGN_ELEMS: usize = 8;
+
+/// Refuses what the shim cannot check itself, for callers filling [`CkFwdParams`] by hand (the
+/// low-level API): CK divides by `nhead_k` on the host, reads the seqstarts in group mode and
+/// the block table when paged, and writes the LSE and split-KV accumulators when asked to.
+/// [`crate::rocm::fmha_fwd`] runs it before every launch.
+pub fn check_ck_params(p: &CkFwdParams) -> Result<()> {
+    let fail = |what: &str| Err(candle::Error::Msg(format!("flash-attn-rocm: CkFwdParams: {what}")));
+    if p.batch <= 0 || p.nhead_q <= 0 || p.nhead_k <= 0 || p.hdim_q <= 0 || p.hdim_v <= 0 {
+        return fail(&format!(
+            "batch {}, nhead_q {}, nhead_k {}, hdim_q {}, hdim_v {} must all be > 0",
+            p.batch, p.nhead_q, p.nhead_k, p.hdim_q, p.hdim_v
+        ));
+    }
+    if p.nhead_q % p.nhead_k != 0 {
+        return fail(&format!("nhead_k {} must divide nhead_q {}", p.nhead_k, p.nhead_q));
+    }
+    if [p.q_ptr, p.k_ptr, p.v_ptr, p.o_ptr].contains(&0) {
+        return fail("q_ptr, k_ptr, v_ptr and o_ptr must be device addresses, got 0");
+    }
+    if p.has_lse && p.lse_ptr == 0 {
+        return fail("has_lse needs lse_ptr");
+    }
+    if p.bias_type == CkBias::Alibi && p.alibi_slopes_ptr == 0 {
+        return fail("ALiBi needs alibi_slopes_ptr");
+    }
+    if p.is_group_mode && (p.seqstart_q_ptr == 0 || p.seqstart_k_ptr == 0) {
+        return fail("group mode needs seqstart_q_ptr and seqstart_k_ptr");
+    }
+    let paged = p.page_block_size != 0 || p.block_table_ptr != 0;
+    if paged && (p.block_table_ptr == 0 || p.page_block_size <= 0 || !p.is_group_mode) {
+        return fail(&format!(
+            "paged K/V needs block_table_ptr, page_block_size > 0 and group mode; got block table {:#x}, page {}, group mode {}",
+            p.block_table_ptr, p.page_block_size, p.is_group_mode
+        ));
+    }
+    if paged && (p.lse_acc_ptr == 0 || p.o_acc_ptr == 0) {
+        return fail("paged K/V needs lse_acc_ptr and o_acc_ptr (split_kv_scratch_lens)");
     }
     Ok(())
 }

@@ -17,7 +17,7 @@ pub mod marshal;
 
 pub use ffi::{CkBias, CkDtype, CkFwdParams, CkMask};
 pub use marshal::{
-    check_supported, ck_fwd_params, lse_buffer_required, split_kv_scratch_lens, DeviceBuffers,
+    check_ck_params, check_supported, ck_fwd_params, lse_buffer_required, split_kv_scratch_lens, DeviceBuffers,
     LSE_KERNELS,
 };
 #[cfg(feature = "rocm")]

@@ -57,12 +57,12 @@ in_chroot() {
 }
 
 # cargo_build MESSAGES VAR=VALUE...: builds and links tests/rocm_kernels.rs with the `rocm`
-# feature. The dev profile: this build is for inspection and linking, and the test profile's
-# opt-level 3 would make compiling the dependencies a lot slower.
+# feature, unoptimized: this build is for inspection and linking, and the crate's optimized dev
+# profile would make compiling the dependencies a lot slower.
 cargo_build() {
     local messages="$1"
     shift
-    in_chroot env "$@" cargo test --profile dev --features rocm --test rocm_kernels --no-run \
+    in_chroot env CARGO_PROFILE_DEV_OPT_LEVEL=0 "$@" cargo test --profile dev --features rocm --test rocm_kernels --no-run \
         --message-format=json-render-diagnostics >"$messages"
 }
 

@@ -19,6 +19,16 @@ pub struct Toolchain {
 }
 
 const ROCM_VARS: [&str; 2] = ["ROCM_PATH", "HIP_PATH"];
+/// flash-attention 2.8.3's CK backend (the sources built here) supports ROCm 6.0 and above
+/// (its README).
+const MIN_HIP: (u32, u32) = (6, 0);
+/// Where to get a HIP that builds CK, per platform; quoted by every toolchain error.
+const INSTALL_HINTS: &str = "  - AMD's ROCm packages (ROCm >= 6.0; installed under /opt/rocm, found there without ROCM_PATH);
+  - Debian sid (HIP 6.4): apt install hipcc libamdhip64-dev rocm-device-libs-21 cmake;
+  - Debian 12 ships hipcc 5.2 (HIP 5.2), older than 6.0: use AMD's packages there; on Ubuntu,
+    `apt policy hipcc` tells the HIP version offered (6.0 or newer is needed).
+  Only CDNA archs (gfx90a, gfx942, gfx950) build CK: FLASH_ATTN_ROCM_ARCHS with RDNA archs only
+  needs no ROCm at build time.";
 
 impl Toolchain {
     pub fn find() -> BuildResult<Self> {
@@ -41,6 +51,18 @@ impl Toolchain {
         let hip_version = parse_hip_version(&version_text).ok_or_else(|| {
             format!("cannot read the HIP version from `{} --version`:\n{version_text}", hipcc.display())
         })?;
+        if (hip_version.0, hip_version.1) < MIN_HIP {
+            return Err(format!(
+                "{} is HIP {}.{}.{} (ROCm root {}); CK needs HIP {}.{} or newer. Install one of:\n{INSTALL_HINTS}",
+                hipcc.display(),
+                hip_version.0,
+                hip_version.1,
+                hip_version.2,
+                rocm_root.display(),
+                MIN_HIP.0,
+                MIN_HIP.1
+            ));
+        }
         Ok(Toolchain { hip_lib_dir, hipcc, python, version_text, amd_clang, hip_version })
     }
 
@@ -92,16 +114,17 @@ fn find_rocm_root() -> BuildResult<PathBuf> {
         candidates.push(PathBuf::from(out.trim()));
     }
     candidates.extend(["/opt/rocm", "/usr"].map(PathBuf::from));
-    candidates
-        .into_iter()
-        .find(|root| root.join("include/hip/hip_runtime.h").is_file())
-        .ok_or_else(|| {
-            "ROCm not found: no include/hip/hip_runtime.h under $ROCM_PATH, $HIP_PATH, \
-             `hipconfig --rocmpath`, /opt/rocm or /usr. Install ROCm (HIP runtime headers and \
-             hipcc; Debian/Ubuntu: apt install hipcc libamdhip64-dev rocm-device-libs-21) or \
-             set ROCM_PATH."
-                .to_string()
-        })
+    candidates.iter().find(|root| root.join("include/hip/hip_runtime.h").is_file()).cloned().ok_or_else(|| {
+        let tried: Vec<String> = candidates.iter().map(|c| format!("  {}", c.display())).collect();
+        let vars: Vec<String> =
+            ROCM_VARS.iter().map(|v| format!("{v}={}", env::var(v).unwrap_or_else(|_| "(unset)".into()))).collect();
+        format!(
+            "ROCm not found: no include/hip/hip_runtime.h under any of\n{}\n({}; `hipconfig --rocmpath` \
+             is tried too). Set ROCM_PATH to your ROCm root, or install one of:\n{INSTALL_HINTS}",
+            tried.join("\n"),
+            vars.join(", ")
+        )
+    })
 }
 
 fn find_hip_lib_dir(root: &Path) -> BuildResult<PathBuf> {

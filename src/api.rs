@@ -1,10 +1,8 @@
 //! The public functions: every function of `candle-flash-attn` 0.11.1 with the same names,
 //! argument order and types, plus variants that also return the log-sum-exp.
 //!
-//! Layouts: q `(batch, seq_len_q, heads, head_dim)`, k/v `(batch, seq_len_k, heads_k, head_dim)`;
-//! varlen q `(total_q, heads, head_dim)`, k/v `(total_k, heads_k, head_dim)` with cumulative u32
-//! `seqlens` of length `batch + 1`. `heads_k` must divide `heads` (MQA/GQA). `causal` is
-//! bottom-right aligned, as flash-attn: query `i` sees keys `j <= i + seq_len_k - seq_len_q`.
+//! The rules they share (layouts, dtypes, masks, errors) are documented once, on the crate's
+//! front page (src/lib.rs); each function states its own shapes and links there.
 
 use crate::op::{forward_with_lse, FlashAttn, FlashAttnVarLen};
 use candle::{Result, Tensor};
@@ -56,14 +54,67 @@ fn varlen_op(
     }
 }
 
-/// Scaled dot-product attention `softmax(q kᵀ · softmax_scale) v`, optionally causal.
+/// Attention `softmax(q · kᵀ · softmax_scale) · v` over batch tensors, optionally causal.
+///
+/// - `q`: `(b, s_q, h, d)`; `k`, `v`: `(b, s_k, h_k, d)`, with `h_k` dividing `h` (MQA/GQA).
+///   One dtype for all three: f32, f16 or bf16 on the CPU, f16 or bf16 on a GPU.
+/// - `softmax_scale`: multiplies the logits `q · k`, usually `1 / sqrt(d)`.
+/// - `causal`: bottom-right causal mask, query `i` sees keys `j <= i + s_k - s_q`.
+///
+/// Returns `(b, s_q, h, d)` in q's dtype. Shared rules:
+/// [layouts and dtypes](crate#layouts-and-dtypes), [masks](crate#masks-and-options),
+/// [errors](crate#errors) (an `Err` for any shape, dtype or device mismatch).
+///
+/// # Example
+///
+/// ```
+/// use candle::{Device, IndexOp, Tensor};
+/// use flash_attn_rocm::flash_attn;
+/// # fn max_diff(a: &Tensor, b: &Tensor) -> candle::Result<f32> {
+/// #     (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
+/// # }
+///
+/// let dev = Device::Cpu;
+/// let (b, s, h, d) = (2, 8, 4, 32);
+/// let q = Tensor::randn(0f32, 1.0, (b, s, h, d), &dev)?;
+/// let k = Tensor::randn(0f32, 1.0, (b, s, h, d), &dev)?;
+/// let v = Tensor::randn(0f32, 1.0, (b, s, h, d), &dev)?;
+///
+/// let out = flash_attn(&q, &k, &v, 1.0 / (d as f32).sqrt(), true)?;
+/// assert_eq!(out.dims(), &[b, s, h, d]);
+/// // Causal with s_q == s_k: query 0 sees key 0 only, so its output is v's first row.
+/// assert!(max_diff(&out.i((.., 0))?, &v.i((.., 0))?)? < 1e-6);
+/// # Ok::<(), candle::Error>(())
+/// ```
 pub fn flash_attn(q: &Tensor, k: &Tensor, v: &Tensor, softmax_scale: f32, causal: bool) -> Result<Tensor> {
     q.apply_op3(k, v, batch_op(softmax_scale, None, causal_window(causal), None))
 }
 
-/// Attention with a local window: query `i` sees keys in
-/// `[i + s_k - s_q - window_size_left, i + s_k - s_q + window_size_right]`; `None` is unbounded.
-/// `(None, Some(0))` is causal.
+/// [`flash_attn`] with a local (sliding) window instead of the causal flag.
+///
+/// - `q`: `(b, s_q, h, d)`; `k`, `v`: `(b, s_k, h_k, d)`; dtypes as [`flash_attn`].
+/// - `window_size_left`, `window_size_right`: query `i`, at key position `pos = i + s_k - s_q`,
+///   sees keys in `[pos - left, pos + right]`. `None` (or a size above `s_k`) is unbounded on
+///   that side; `(None, Some(0))` is causal, `(None, None)` no mask. See
+///   [masks](crate#masks-and-options).
+///
+/// Returns `(b, s_q, h, d)` in q's dtype; [errors](crate#errors) as [`flash_attn`].
+///
+/// # Example
+///
+/// ```
+/// # use candle::{Device, Tensor};
+/// # use flash_attn_rocm::flash_attn_windowed;
+/// # let (dev, (b, s, h, d)) = (Device::Cpu, (1, 6, 2, 16));
+/// # let q = Tensor::randn(0f32, 1.0, (b, s, h, d), &dev)?;
+/// # let k = Tensor::randn(0f32, 1.0, (b, s, h, d), &dev)?;
+/// # let v = Tensor::randn(0f32, 1.0, (b, s, h, d), &dev)?;
+/// // A window of width 0 on both sides: each query sees only the key at its own position.
+/// let out = flash_attn_windowed(&q, &k, &v, 0.25, Some(0), Some(0))?;
+/// let diff = (out - &v)?.abs()?.max_all()?.to_scalar::<f32>()?;
+/// assert!(diff < 1e-6);
+/// # Ok::<(), candle::Error>(())
+/// ```
 pub fn flash_attn_windowed(
     q: &Tensor,
     k: &Tensor,
@@ -76,7 +127,15 @@ pub fn flash_attn_windowed(
     q.apply_op3(k, v, batch_op(softmax_scale, None, window, None))
 }
 
-/// Attention with ALiBi: `alibi_slopes` is f32 of shape `(heads,)`.
+/// [`flash_attn`] with an ALiBi bias.
+///
+/// - `q`: `(b, s_q, h, d)`; `k`, `v`: `(b, s_k, h_k, d)`; dtypes as [`flash_attn`].
+/// - `alibi_slopes`: f32 of shape `(h,)`, one slope per query head; the logit of query `i` and
+///   key `j` gets `-slope[head] * |i + s_k - s_q - j|`.
+/// - `softmax_scale`, `causal`: as [`flash_attn`].
+///
+/// Returns `(b, s_q, h, d)` in q's dtype. Besides the [shared errors](crate#errors), an `Err`
+/// when `alibi_slopes` is not f32 or not `(h,)`.
 pub fn flash_attn_alibi(
     q: &Tensor,
     k: &Tensor,
@@ -89,7 +148,13 @@ pub fn flash_attn_alibi(
     q.apply_op3(k, v, op)
 }
 
-/// ALiBi and a local window.
+/// ALiBi ([`flash_attn_alibi`]) and a local window ([`flash_attn_windowed`]).
+///
+/// - `q`: `(b, s_q, h, d)`; `k`, `v`: `(b, s_k, h_k, d)`; dtypes as [`flash_attn`].
+/// - `alibi_slopes`: f32 `(h,)`; `window_size_left`, `window_size_right`: see
+///   [masks](crate#masks-and-options).
+///
+/// Returns `(b, s_q, h, d)` in q's dtype; [errors](crate#errors) as [`flash_attn_alibi`].
 pub fn flash_attn_alibi_windowed(
     q: &Tensor,
     k: &Tensor,
@@ -103,8 +168,16 @@ pub fn flash_attn_alibi_windowed(
     q.apply_op3(k, v, batch_op(softmax_scale, Some(alibi_slopes), window, None))
 }
 
-/// Optional ALiBi, a local window and a Gemma-style softcap: logits become
-/// `softcap * tanh(logit / softcap)` before the softmax (`softcap` must be finite and > 0).
+/// Optional ALiBi, a local window and a Gemma-style softcap.
+///
+/// - `q`: `(b, s_q, h, d)`; `k`, `v`: `(b, s_k, h_k, d)`; dtypes as [`flash_attn`].
+/// - `alibi_slopes`: `None`, or f32 `(h,)` as [`flash_attn_alibi`].
+/// - `window_size_left`, `window_size_right`: as [`flash_attn_windowed`].
+/// - `softcap`: each scaled logit `x` becomes `softcap * tanh(x / softcap)`, before the ALiBi
+///   bias and the softmax; it must be finite and > 0.
+///
+/// Returns `(b, s_q, h, d)` in q's dtype. Besides the [shared errors](crate#errors), an `Err`
+/// for a bad softcap or bad slopes.
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_alibi_windowed_softcap(
     q: &Tensor,
@@ -120,7 +193,50 @@ pub fn flash_attn_alibi_windowed_softcap(
     q.apply_op3(k, v, batch_op(softmax_scale, alibi_slopes, window, Some(softcap)))
 }
 
-/// Variable-length attention over `(total, heads, head_dim)` tensors.
+/// Variable-length attention: sequences of different lengths packed back to back, optionally
+/// causal.
+///
+/// - `q`: `(total_q, h, d)`; `k`, `v`: `(total_k, h_k, d)`, with `h_k` dividing `h`. One dtype:
+///   f32, f16 or bf16 on the CPU, f16 or bf16 on a GPU.
+/// - `seqlens_q`, `seqlens_k`: u32 `(b + 1,)`, cumulative: sequence `i` owns q rows
+///   `seqlens_q[i]..seqlens_q[i + 1]` and k/v rows `seqlens_k[i]..seqlens_k[i + 1]`.
+/// - `max_seqlen_q`, `max_seqlen_k`: at least the longest q / k sequence.
+/// - `softmax_scale`, `causal`: as [`flash_attn`], per sequence (bottom-right: query `i` of a
+///   sequence sees its keys `j <= i + len_k - len_q`).
+///
+/// Returns `(total_q, h, d)` in q's dtype, rows as in q. Shared rules:
+/// [layouts and dtypes](crate#layouts-and-dtypes), [errors](crate#errors) (also for malformed
+/// seqlens: not u32, decreasing, past the end of q/k, longer than the max).
+///
+/// # Example
+///
+/// ```
+/// use candle::{Device, Tensor};
+/// use flash_attn_rocm::{flash_attn, flash_attn_varlen};
+/// # fn max_diff(a: &Tensor, b: &Tensor) -> candle::Result<f32> {
+/// #     (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
+/// # }
+///
+/// let dev = Device::Cpu;
+/// let (h, d) = (4, 32);
+/// // Two sequences: 3 and 5 queries, 4 and 6 keys (e.g. one cached key each).
+/// let seqlens_q = Tensor::new(&[0u32, 3, 8], &dev)?;
+/// let seqlens_k = Tensor::new(&[0u32, 4, 10], &dev)?;
+/// let q = Tensor::randn(0f32, 1.0, (8, h, d), &dev)?;
+/// let k = Tensor::randn(0f32, 1.0, (10, h, d), &dev)?;
+/// let v = Tensor::randn(0f32, 1.0, (10, h, d), &dev)?;
+/// let scale = 1.0 / (d as f32).sqrt();
+///
+/// let out = flash_attn_varlen(&q, &k, &v, &seqlens_q, &seqlens_k, 5, 6, scale, true)?;
+/// assert_eq!(out.dims(), &[8, h, d]);
+///
+/// // Sequence 1 on its own, in the batch layout, gives the same rows.
+/// let q1 = q.narrow(0, 3, 5)?.unsqueeze(0)?;
+/// let (k1, v1) = (k.narrow(0, 4, 6)?.unsqueeze(0)?, v.narrow(0, 4, 6)?.unsqueeze(0)?);
+/// let alone = flash_attn(&q1, &k1, &v1, scale, true)?;
+/// assert!(max_diff(&out.narrow(0, 3, 5)?, &alone.squeeze(0)?)? < 1e-5);
+/// # Ok::<(), candle::Error>(())
+/// ```
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen(
     q: &Tensor,
@@ -137,7 +253,14 @@ pub fn flash_attn_varlen(
     q.apply_op3(k, v, varlen_op(lens, softmax_scale, None, causal_window(causal), None))
 }
 
-/// Variable-length attention with a local window.
+/// [`flash_attn_varlen`] with a local window instead of the causal flag.
+///
+/// - `q`: `(total_q, h, d)`; `k`, `v`: `(total_k, h_k, d)`; `seqlens_q`, `seqlens_k`: u32
+///   `(b + 1,)` cumulative; `max_seqlen_q`, `max_seqlen_k`; dtypes: as [`flash_attn_varlen`].
+/// - `window_size_left`, `window_size_right`: per sequence, as [`flash_attn_windowed`]; a size
+///   above `max_seqlen_k` is unbounded.
+///
+/// Returns `(total_q, h, d)` in q's dtype; [errors](crate#errors) as [`flash_attn_varlen`].
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_windowed(
     q: &Tensor,
@@ -156,10 +279,64 @@ pub fn flash_attn_varlen_windowed(
     q.apply_op3(k, v, varlen_op(lens, softmax_scale, None, window, None))
 }
 
-/// Variable-length attention over a paged K/V cache `(num_blocks, page_block_size, heads_k,
-/// head_dim)`: key `j` of sequence `b` lives in block `block_table[b, j / page_block_size]`.
-/// `mm_prefix_ranges` (i32 `(batch, max_ranges, 2)`) lifts the causal/window mask inside each
-/// `[start, end)` range.
+/// Variable-length attention over a paged K/V cache (vLLM-style), with a window and an optional
+/// softcap.
+///
+/// - `q`: `(total_q, h, d)`, sequences packed as in [`flash_attn_varlen`].
+/// - `k`, `v`: the cache, `(num_blocks, page_block_size, h_k, d)`, `h_k` dividing `h`.
+/// - `seqlens_q`, `seqlens_k`: u32 `(b + 1,)`, cumulative; `seqlens_k` counts each sequence's
+///   keys (its pages come from the block table, not from these offsets).
+/// - `block_table`: u32 or i32 `(b, max_blocks)`: key `j` of sequence `i` is at
+///   `k[block_table[i, j / page_block_size], j % page_block_size]`. Entries past a sequence's
+///   last page are not read.
+/// - `mm_prefix_ranges`: `None`, or i32 `(b, max_ranges, 2)` of `[start, end)` key ranges
+///   inside which the causal/window mask is lifted (queries in a range see all of it).
+/// - `max_seqlen_q`, `max_seqlen_k`: at least the longest q / k sequence.
+/// - `window_size_left`, `window_size_right`: as [`flash_attn_windowed`]; `(None, Some(0))`
+///   is causal.
+/// - `page_block_size`: k's dim 1. Any size on the CPU and with the Triton kernels; CK's paged
+///   kernels take multiples of 128.
+/// - `softcap`: `None`, or as [`flash_attn_alibi_windowed_softcap`].
+///
+/// Dtypes: f32, f16 or bf16 on the CPU, f16 or bf16 on a GPU. Returns `(total_q, h, d)` in q's
+/// dtype. Besides the [shared errors](crate#errors), an `Err` when the block table is out of
+/// range or has too few columns for a sequence, or `page_block_size` is not k's dim 1.
+///
+/// # Example
+///
+/// A decode step: one new query per sequence, attending to its cached keys, with pages of 16.
+///
+/// ```
+/// use candle::{Device, IndexOp, Tensor};
+/// use flash_attn_rocm::{flash_attn_varlen, flash_attn_varlen_paged_windowed};
+/// # fn max_diff(a: &Tensor, b: &Tensor) -> candle::Result<f32> {
+/// #     (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
+/// # }
+///
+/// let dev = Device::Cpu;
+/// let (h, h_k, d, page) = (4, 2, 32, 16); // GQA: 2 query heads per k/v head
+/// // A cache of 4 pages. Sequence 0 has 20 keys, in pages 2 then 0; sequence 1 has 12, in page 3.
+/// let k_cache = Tensor::randn(0f32, 1.0, (4, page, h_k, d), &dev)?;
+/// let v_cache = Tensor::randn(0f32, 1.0, (4, page, h_k, d), &dev)?;
+/// let block_table = Tensor::new(&[[2u32, 0], [3, 0]], &dev)?; // (b, max_blocks)
+/// let seqlens_k = Tensor::new(&[0u32, 20, 32], &dev)?;
+/// let seqlens_q = Tensor::new(&[0u32, 1, 2], &dev)?;
+/// let q = Tensor::randn(0f32, 1.0, (2, h, d), &dev)?;
+/// let scale = 1.0 / (d as f32).sqrt();
+///
+/// let out = flash_attn_varlen_paged_windowed(
+///     &q, &k_cache, &v_cache, &seqlens_q, &seqlens_k, &block_table, None,
+///     1, 20, scale, None, Some(0), page, None,
+/// )?;
+/// assert_eq!(out.dims(), &[2, h, d]);
+///
+/// // The same as varlen attention over the keys gathered out of the pages.
+/// let gather = |c: &Tensor| Tensor::cat(&[c.i(2)?, c.i((0, ..4))?, c.i((3, ..12))?], 0);
+/// let (k, v) = (gather(&k_cache)?, gather(&v_cache)?);
+/// let expected = flash_attn_varlen(&q, &k, &v, &seqlens_q, &seqlens_k, 1, 20, scale, true)?;
+/// assert!(max_diff(&out, &expected)? < 1e-5);
+/// # Ok::<(), candle::Error>(())
+/// ```
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_paged_windowed(
     q: &Tensor,
@@ -206,7 +383,14 @@ fn paged_op(
     }
 }
 
-/// Variable-length attention with ALiBi.
+/// [`flash_attn_varlen`] with an ALiBi bias.
+///
+/// - `q`: `(total_q, h, d)`; `k`, `v`: `(total_k, h_k, d)`; `seqlens_q`, `seqlens_k`: u32
+///   `(b + 1,)` cumulative; `max_seqlen_q`, `max_seqlen_k`; dtypes: as [`flash_attn_varlen`].
+/// - `alibi_slopes`: f32 `(h,)`, as [`flash_attn_alibi`] (positions counted per sequence).
+///
+/// Returns `(total_q, h, d)` in q's dtype; [errors](crate#errors) as [`flash_attn_varlen`] and
+/// [`flash_attn_alibi`].
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_alibi(
     q: &Tensor,
@@ -225,7 +409,14 @@ pub fn flash_attn_varlen_alibi(
     q.apply_op3(k, v, op)
 }
 
-/// Variable-length attention with ALiBi and a local window.
+/// [`flash_attn_varlen`] with an ALiBi bias and a local window.
+///
+/// - `q`: `(total_q, h, d)`; `k`, `v`: `(total_k, h_k, d)`; `seqlens_q`, `seqlens_k`: u32
+///   `(b + 1,)` cumulative; `max_seqlen_q`, `max_seqlen_k`; dtypes: as [`flash_attn_varlen`].
+/// - `alibi_slopes`: f32 `(h,)`; `window_size_left`, `window_size_right`: as
+///   [`flash_attn_windowed`].
+///
+/// Returns `(total_q, h, d)` in q's dtype; [errors](crate#errors) as [`flash_attn_varlen_alibi`].
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_alibi_windowed(
     q: &Tensor,
@@ -245,7 +436,16 @@ pub fn flash_attn_varlen_alibi_windowed(
     q.apply_op3(k, v, varlen_op(lens, softmax_scale, Some(alibi_slopes), window, None))
 }
 
-/// Variable-length attention with optional ALiBi, a local window and a softcap.
+/// [`flash_attn_varlen`] with optional ALiBi, a local window and a softcap.
+///
+/// - `q`: `(total_q, h, d)`; `k`, `v`: `(total_k, h_k, d)`; `seqlens_q`, `seqlens_k`: u32
+///   `(b + 1,)` cumulative; `max_seqlen_q`, `max_seqlen_k`; dtypes: as [`flash_attn_varlen`].
+/// - `alibi_slopes`: `None` or f32 `(h,)`; `window_size_left`, `window_size_right`: as
+///   [`flash_attn_windowed`]; `softcap`: finite and > 0, as
+///   [`flash_attn_alibi_windowed_softcap`].
+///
+/// Returns `(total_q, h, d)` in q's dtype; [errors](crate#errors) as [`flash_attn_varlen`],
+/// plus bad slopes or softcap.
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_alibi_windowed_softcap(
     q: &Tensor,
@@ -266,8 +466,51 @@ pub fn flash_attn_varlen_alibi_windowed_softcap(
     q.apply_op3(k, v, varlen_op(lens, softmax_scale, alibi_slopes, window, Some(softcap)))
 }
 
-/// [`flash_attn`] that also returns the log-sum-exp (f32, `(batch, heads, seq_len_q)`), so
+/// [`flash_attn`] that also returns the log-sum-exp of each query row's logits, so that
 /// partial results over disjoint key sets can be merged (split-KV, ring attention).
+///
+/// - `q`: `(b, s_q, h, d)`; `k`, `v`: `(b, s_k, h_k, d)`; `softmax_scale`, `causal` and dtypes
+///   as [`flash_attn`].
+///
+/// Returns `(out, lse)`: `out` is `(b, s_q, h, d)` in q's dtype; `lse` is f32 `(b, h, s_q)`,
+/// `lse[b, h, i] = ln Σ_j exp(logit[i, j])` over the keys row `i` sees, with the logits after
+/// scale, softcap and ALiBi; `-inf` for a row that sees no key (its output is 0).
+/// [Errors](crate#errors) as [`flash_attn`]. For other options use
+/// [`FlashAttn::forward_with_lse`]; for varlen, [`flash_attn_varlen_with_lse`].
+///
+/// # Example
+///
+/// Attention over all keys equals the LSE-weighted merge of attention over two halves.
+///
+/// ```
+/// use candle::{Device, Tensor};
+/// use flash_attn_rocm::flash_attn_with_lse;
+/// # fn max_diff(a: &Tensor, b: &Tensor) -> candle::Result<f32> {
+/// #     (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
+/// # }
+///
+/// let dev = Device::Cpu;
+/// let (b, s_q, s_k, h, d) = (1, 4, 16, 2, 32);
+/// let q = Tensor::randn(0f32, 1.0, (b, s_q, h, d), &dev)?;
+/// let k = Tensor::randn(0f32, 1.0, (b, s_k, h, d), &dev)?;
+/// let v = Tensor::randn(0f32, 1.0, (b, s_k, h, d), &dev)?;
+/// let scale = 1.0 / (d as f32).sqrt();
+///
+/// let (out, lse) = flash_attn_with_lse(&q, &k, &v, scale, false)?;
+/// assert_eq!(lse.dims(), &[b, h, s_q]);
+///
+/// // Each half of the keys (narrowed views, no copy).
+/// let half = |t: &Tensor, i: usize| t.narrow(1, i * s_k / 2, s_k / 2);
+/// let (out0, lse0) = flash_attn_with_lse(&q, &half(&k, 0)?, &half(&v, 0)?, scale, false)?;
+/// let (out1, lse1) = flash_attn_with_lse(&q, &half(&k, 1)?, &half(&v, 1)?, scale, false)?;
+///
+/// // lse = ln(e^lse0 + e^lse1); out = Σ e^(lse_part - lse) · out_part.
+/// assert!(max_diff(&(lse0.exp()? + lse1.exp()?)?.log()?, &lse)? < 1e-5);
+/// let weight = |l: &Tensor| (l - &lse)?.exp()?.transpose(1, 2)?.unsqueeze(3); // (b, s_q, h, 1)
+/// let merged = (out0.broadcast_mul(&weight(&lse0)?)? + out1.broadcast_mul(&weight(&lse1)?)?)?;
+/// assert!(max_diff(&merged, &out)? < 1e-5);
+/// # Ok::<(), candle::Error>(())
+/// ```
 pub fn flash_attn_with_lse(
     q: &Tensor,
     k: &Tensor,
@@ -279,7 +522,16 @@ pub fn flash_attn_with_lse(
 }
 
 /// [`flash_attn_varlen_alibi_windowed_softcap`] with an optional softcap, also returning the
-/// log-sum-exp (f32, `(heads, total_q)`).
+/// log-sum-exp.
+///
+/// - `q`: `(total_q, h, d)`; `k`, `v`: `(total_k, h_k, d)`; `seqlens_q`, `seqlens_k`: u32
+///   `(b + 1,)` cumulative; `max_seqlen_q`, `max_seqlen_k`; dtypes: as [`flash_attn_varlen`].
+/// - `alibi_slopes`: `None` or f32 `(h,)`; `window_size_left`, `window_size_right`: as
+///   [`flash_attn_windowed`]; `softcap`: `None`, or finite and > 0.
+///
+/// Returns `(out, lse)`: `out` is `(total_q, h, d)` in q's dtype; `lse` is f32 `(h, total_q)`,
+/// defined as in [`flash_attn_with_lse`]. [Errors](crate#errors) as
+/// [`flash_attn_varlen_alibi_windowed_softcap`].
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_with_lse(
     q: &Tensor,
@@ -301,8 +553,15 @@ pub fn flash_attn_varlen_with_lse(
     forward_with_lse(&op.request(), q, k, v)
 }
 
-/// [`flash_attn_varlen_paged_windowed`] that also returns the log-sum-exp (f32,
-/// `(heads, total_q)`).
+/// [`flash_attn_varlen_paged_windowed`] that also returns the log-sum-exp.
+///
+/// Arguments, shapes and dtypes as [`flash_attn_varlen_paged_windowed`]: q `(total_q, h, d)`,
+/// k/v `(num_blocks, page_block_size, h_k, d)`, u32 cumulative `seqlens_q`/`seqlens_k`
+/// `(b + 1,)`, u32 or i32 `block_table` `(b, max_blocks)`.
+///
+/// Returns `(out, lse)`: `out` is `(total_q, h, d)` in q's dtype; `lse` is f32 `(h, total_q)`,
+/// defined as in [`flash_attn_with_lse`]. [Errors](crate#errors) as
+/// [`flash_attn_varlen_paged_windowed`].
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_paged_windowed_with_lse(
     q: &Tensor,

@@ -6,14 +6,56 @@ use candle::backend::BackendStorage;
 use candle::op::BackpropOp;
 use candle::{CpuStorage, Layout, Result, Shape, Storage, Tensor};
 
-/// Flash-attention over `(batch, seq_len, heads, head_dim)` tensors; the same public fields as
-/// `candle_flash_attn::FlashAttn`. Use it with `q.apply_op3(k, v, op)`, or
-/// [`FlashAttn::forward_with_lse`] to also get the log-sum-exp.
+/// The batch-layout attention op behind [`flash_attn`](crate::flash_attn) and its variants, with
+/// the same public fields as `candle_flash_attn::FlashAttn`: every option at once.
+///
+/// Use it as a Candle `CustomOp3` with `q.apply_op3(k, v, op)` (returns the output), or call
+/// [`FlashAttn::forward_with_lse`] to also get the log-sum-exp. q is `(b, s_q, h, d)`, k and v
+/// `(b, s_k, h_k, d)` with `h_k` dividing `h`, one dtype (CPU: f32, f16, bf16; GPU: f16, bf16);
+/// the output is `(b, s_q, h, d)` in q's dtype. See the crate's
+/// [layouts and dtypes](crate#layouts-and-dtypes), [masks](crate#masks-and-options) and
+/// [errors](crate#errors).
+///
+/// # Example
+///
+/// ```
+/// use candle::{Device, Tensor};
+/// use flash_attn_rocm::{flash_attn_windowed, FlashAttn};
+///
+/// let dev = Device::Cpu;
+/// let (b, s, h, h_k, d) = (1, 12, 4, 1, 16); // MQA: one k/v head
+/// let q = Tensor::randn(0f32, 1.0, (b, s, h, d), &dev)?;
+/// let k = Tensor::randn(0f32, 1.0, (b, s, h_k, d), &dev)?;
+/// let v = Tensor::randn(0f32, 1.0, (b, s, h_k, d), &dev)?;
+/// let op = FlashAttn {
+///     softmax_scale: 0.25,
+///     alibi_slopes: None,
+///     window_size_left: Some(3), // causal sliding window of 4 keys
+///     window_size_right: Some(0),
+///     softcap: None,
+/// };
+/// let (out, lse) = op.forward_with_lse(&q, &k, &v)?;
+/// assert_eq!(lse.dims(), &[b, h, s]);
+///
+/// let expected = flash_attn_windowed(&q, &k, &v, 0.25, Some(3), Some(0))?;
+/// let diff = (&out - &expected)?.abs()?.max_all()?.to_scalar::<f32>()?;
+/// assert!(diff < 1e-6);
+/// assert_eq!(q.apply_op3(&k, &v, op)?.dims(), &[b, s, h, d]);
+/// # Ok::<(), candle::Error>(())
+/// ```
 pub struct FlashAttn {
+    /// Multiplies the logits `q · k`; usually `1 / sqrt(head_dim)`. Must be finite.
     pub softmax_scale: f32,
+    /// f32 `(h,)` ALiBi slopes, one per query head: the logit of query `i`, key `j` gets
+    /// `-slope * |i + s_k - s_q - j|`.
     pub alibi_slopes: Option<Tensor>,
+    /// Keys left of the query's position it may see; `None` (or more than `s_k`) is unbounded.
     pub window_size_left: Option<usize>,
+    /// Keys right of the query's position it may see; `Some(0)` with `window_size_left: None`
+    /// is causal (bottom-right aligned), `None` (or more than `s_k`) is unbounded.
     pub window_size_right: Option<usize>,
+    /// `Some(cap)` maps each scaled logit `x` to `cap * tanh(x / cap)` before the ALiBi bias
+    /// and the softmax; `cap` must be finite and > 0.
     pub softcap: Option<f32>,
 }
 
@@ -29,8 +71,10 @@ impl FlashAttn {
         }
     }
 
-    /// Runs the op and also returns the log-sum-exp of each query row's logits, f32 of shape
-    /// `(batch, heads, seq_len_q)` (`-inf` for a row that sees no key, whose output is 0).
+    /// Runs the op and also returns the log-sum-exp of each query row's logits: `(out, lse)`,
+    /// `out` as `q.apply_op3(k, v, op)` gives it, `lse` f32 of shape `(b, h, s_q)` (`-inf`
+    /// for a row that sees no key, whose output is 0). See
+    /// [`flash_attn_with_lse`](crate::flash_attn_with_lse) for how to merge partial results.
     pub fn forward_with_lse(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
         forward_with_lse(&self.request(), q, k, v)
     }

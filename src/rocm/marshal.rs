@@ -212,7 +212,7 @@ const CK_ALIGN_ELEMS: usize = 8;
 /// Refuses what the shim cannot check itself, for callers filling [`CkFwdParams`] by hand (the
 /// low-level API): CK divides by `nhead_k` on the host, reads the seqstarts in group mode and
 /// the block table when paged, and writes the LSE and split-KV accumulators when asked to.
-/// [`crate::rocm::fmha_fwd`] runs it before every launch.
+/// `crate::rocm::fmha_fwd` (feature `rocm`) runs it before every launch.
 pub fn check_ck_params(p: &CkFwdParams) -> Result<()> {
     let fail = |what: &str| Err(candle::Error::Msg(format!("flash-attn-rocm: CkFwdParams: {what}")));
     if p.batch <= 0 || p.nhead_q <= 0 || p.nhead_k <= 0 || p.hdim_q <= 0 || p.hdim_v <= 0 {

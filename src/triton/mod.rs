@@ -1,12 +1,12 @@
 //! Our own Triton flash-attention kernels (kernels/attention.py), compiled ahead of time by the
 //! build script for every requested GPU target and embedded in the library.
 //!
-//! Layers: [`registry`] lists the embedded code objects, [`select`] picks the ones that serve a
+//! Layers: [`registry`] lists the embedded code objects, [`mod@select`] picks the ones that serve a
 //! call, [`marshal`] computes the grid, the key splits ([`split`]) and the exact kernel
 //! arguments ([`args`]) from a validated [`crate::params::AttnCall`]. These are pure Rust and
 //! tested in every build. With the `triton` feature (enabled by `rocm` and `cuda-verify`),
 //! `launch` loads the code objects once per device and queues them on the caller's stream
-//! through [`crate::gpu`] (HIP on AMD GPUs, the CUDA driver for the NVIDIA verification build),
+//! through `crate::gpu` (HIP on AMD GPUs, the CUDA driver for the NVIDIA verification build),
 //! and `offload` runs CPU-tensor calls on a GPU for verification.
 
 pub mod args;

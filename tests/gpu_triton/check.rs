@@ -55,7 +55,9 @@ pub fn check_gpu_vs_cpu(what: &str, _cpu: &Device, args: &[&Tensor], exp: &Expec
     assert_eq!(gpu_out.dims(), args[0].dims(), "{what}: output dims");
     assert_eq!(gpu_out.dtype(), dtype, "{what}: output dtype");
     assert_close(&format!("{what} [cpu]"), &values(&cpu_out), &exp.exact, &exp.naive, dtype);
-    assert_close(&format!("{what} [gpu]"), &values(&gpu_out), &exp.exact, &exp.naive, dtype);
+    let gpu_values = values(&gpu_out);
+    report_error(what, &gpu_values, exp);
+    assert_close(&format!("{what} [gpu]"), &gpu_values, &exp.exact, &exp.naive, dtype);
     match (cpu_lse, gpu_lse) {
         (None, None) => {}
         (Some(cpu_lse), Some(gpu_lse)) => {
@@ -88,4 +90,12 @@ pub fn check_refused(what: &str, args: &[&Tensor], needle: &str, f: impl Fn(&[Te
         Ok(_) => panic!("{what}: the Triton path accepted a call it cannot serve"),
         Err(e) => assert!(e.to_string().contains(needle), "{what}: error `{e}` does not mention `{needle}`"),
     }
+}
+
+/// Prints the GPU output's worst error against the f64 reference beside the naive low-precision
+/// error that bounds it, for the record of a GPU run (`grep '^gpu-error'`).
+fn report_error(what: &str, gpu: &[f64], exp: &Expected) {
+    let max_diff = |a: &[f64]| a.iter().zip(&exp.exact).map(|(x, r)| (x - r).abs()).fold(0.0, f64::max);
+    let (err, naive) = (max_diff(gpu), max_diff(&exp.naive));
+    eprintln!("gpu-error {err:.3e} naive {naive:.3e} ratio {:.3} {what}", err / naive.max(f64::MIN_POSITIVE));
 }

@@ -20,7 +20,8 @@ use super::marshal::{ck_fwd_params, lse_buffer_required, split_kv_scratch_lens, 
 use crate::params::{AttnCall, Mode, Request};
 use candle::rocm_backend::rocm_rs::hip::bindings as hip;
 use candle::rocm_backend::RocmStorageSlice;
-use candle::{DType, Layout, Result, RocmDevice, RocmStorage, Storage, Tensor};
+use candle::backend::BackendDevice;
+use candle::{DType, DeviceLocation, Layout, Result, RocmDevice, RocmStorage, Storage, Tensor};
 use half::{bf16, f16};
 
 /// The op's forward pass: the output (q's dtype and shape, contiguous) and, when `want_lse`,
@@ -71,10 +72,13 @@ fn run(
     let any_keys = call.seqs.iter().any(|s| s.q_len > 0 && s.k_len > 0);
     let out_len = call.total_q * call.num_heads * call.head_dim;
     let stream = dev.stream().as_raw();
-    // A small allocation binds the device to this thread, so that the HIP queries below see it
-    // (the output is allocated after the choice: whether it is prefilled depends on it).
+    // HIP's current device is per thread: make q's current (a thread-local store) so that the
+    // device queries and launches below act on it.
     let driver = crate::gpu::Driver::hip()?;
-    drop(dev.alloc::<f32>(1)?);
+    let DeviceLocation::Rocm { gpu_id } = dev.location() else {
+        candle::bail!("flash-attn-rocm: q's storage is not on a ROCm device")
+    };
+    driver.set_device(gpu_id as i32)?;
     let (_, info) = crate::triton::current_device(driver)?;
     let built = Built { ck_archs: super::CK_ARCHS, ck_hdims: super::CK_HDIMS, triton: crate::triton::KERNELS };
     let family = choose(&call, &info.arch, KernelChoice::from_env()?, &built)?;
@@ -133,7 +137,7 @@ fn launch_ck(call: &AttnCall, dev: &RocmDevice, mut buffers: DeviceBuffers) -> R
     // were just allocated with the sizes CK writes and alias nothing. All of them stay valid
     // until the kernel has run: it is queued on the device's own stream, and the allocator
     // hands a freed block only to work queued later on that same stream. The device is
-    // current on this thread (bound by `run`), as the stream requires.
+    // current on this thread (set by `run`), as the stream requires.
     unsafe { super::fmha_fwd(&params) }
 }
 

@@ -15,6 +15,8 @@ mod codegen;
 #[cfg(feature = "rocm")]
 mod native;
 #[cfg(feature = "triton")]
+mod progress;
+#[cfg(feature = "triton")]
 mod python_env;
 #[cfg(feature = "triton")]
 mod selection;
@@ -73,6 +75,11 @@ fn build() -> BuildResult<()> {
     let cuda_target = cfg!(feature = "cuda-verify").then(|| "sm_90".to_string());
     let targets = amd_archs.iter().cloned().chain(cuda_target).collect();
     let triton_selection = selection::TritonSelection::from_env(targets)?;
+    progress::step(&format!(
+        "build started for {} ({})",
+        triton_selection.targets.join(","),
+        env::var("CARGO_PKG_VERSION").unwrap_or_default()
+    ));
     // The CK selection and toolchain are checked before the Triton compile, so that a bad
     // variable or a missing ROCm fails in seconds.
     #[cfg(feature = "rocm")]
@@ -80,6 +87,7 @@ fn build() -> BuildResult<()> {
     triton::build(&triton_selection)?;
     #[cfg(feature = "rocm")]
     finish_rocm(&amd_archs, &triton_selection, ck_plan)?;
+    progress::step("build finished");
     Ok(())
 }
 
@@ -142,7 +150,15 @@ fn build_ck(plan: &CkPlan) -> BuildResult<()> {
         selection.describe(),
         build_dir.display()
     );
+    progress::step(&format!(
+        "CK: compiling {} instances for {} with cmake + hipcc (about 30-40 s each per core); object \
+         files appear under {} as they finish",
+        generated.instance_count(),
+        selection.archs.join(","),
+        build_dir.display()
+    ));
     native::compile_kernels(&ck, toolchain, selection, &generated, &bridge_headers, &build_dir)?;
+    progress::step(&format!("CK: built in {:.0} s", start.elapsed().as_secs_f64()));
     native::link(toolchain, &build_dir);
     println!("cargo:rustc-cfg=flash_attn_rocm_ck");
     // What the run-time dispatch needs to know of the CK instances (src/rocm/dispatch.rs).

@@ -47,7 +47,12 @@ pub fn triton_python() -> BuildResult<PathBuf> {
              triton=={TRITON_VERSION}\nor set {ENV_PYTHON} to a Python that has triton=={TRITON_VERSION}."
         ));
     }
+    crate::progress::step(&format!(
+        "creating {} and installing triton=={TRITON_VERSION} from pip's index (a ~190 MB wheel)",
+        venv.display()
+    ));
     create_venv(&venv)?;
+    crate::progress::step("triton venv ready");
     Ok(venv_python(&venv))
 }
 

@@ -3,6 +3,7 @@
 //! rebuild compiles nothing), then `$OUT_DIR/triton_kernels.rs` lists one `KernelImage` per
 //! manifest row with the code object `include_bytes!`'d (see src/triton/registry.rs).
 use crate::cache_key::CacheKey;
+use crate::progress;
 use crate::python_env::{remove_dir, run_logged, triton_python, TRITON_VERSION};
 use crate::selection::TritonSelection;
 use crate::BuildResult;
@@ -38,7 +39,14 @@ pub fn build(selection: &TritonSelection) -> BuildResult<()> {
         let started = Instant::now();
         let reused = dir.join(COMPLETE).is_file() && dir.join(MANIFEST).is_file();
         if !reused {
+            progress::step(&format!(
+                "Triton {target}: compiling ({}) with {} jobs; one line per kernel in {}",
+                selection.describe(),
+                jobs(),
+                dir.join(LOG).display()
+            ));
             compile(target, selection, &kernels_dir, &dir)?;
+            progress::step(&format!("Triton {target}: compiled in {:.0} s", started.elapsed().as_secs_f64()));
         }
         let rows = read_manifest(&dir)?;
         for row in &rows {

@@ -84,14 +84,14 @@ fn run(
     let family = choose(&call, &info.arch, KernelChoice::from_env()?, &built)?;
     let launched = match family {
         KernelFamily::Ck => any_keys,
-        KernelFamily::Triton => true,
+        KernelFamily::Triton(_) => true,
     };
     let prefill = !launched || rows_written < call.total_q;
     let mut out = alloc_out(dev, call.dtype, out_len, prefill)?;
     let lse_len = call.lse_dims().iter().product();
     // Scratch when the kernel needs one the caller does not want (CK's LSE-writing build, and
     // the Triton kernels always); dropped after the call, the stream orders its reuse.
-    let lse_buffer = want_lse || family == KernelFamily::Triton || lse_buffer_required(&call);
+    let lse_buffer = want_lse || matches!(family, KernelFamily::Triton(_)) || lse_buffer_required(&call);
     let lse = lse_buffer.then(|| dev.alloc::<f32>(lse_len)).transpose()?;
     if let (true, Some(lse)) = (prefill, &lse) {
         fill_f32(lse.as_ptr(), f32::NEG_INFINITY, lse_len, stream)?;
@@ -109,7 +109,7 @@ fn run(
         attach_side_tensors(req, &call, dev, &mut buffers)?;
         match family {
             KernelFamily::Ck => launch_ck(&call, dev, buffers)?,
-            KernelFamily::Triton => launch_triton(driver, &call, dev, &info, buffers)?,
+            KernelFamily::Triton(kernels) => launch_triton(driver, &call, dev, kernels, info.units, buffers)?,
         }
     }
     let out = RocmStorage { slice: out, device: dev.clone() };
@@ -141,17 +141,17 @@ fn launch_ck(call: &AttnCall, dev: &RocmDevice, mut buffers: DeviceBuffers) -> R
     unsafe { super::fmha_fwd(&params) }
 }
 
-/// Queues our Triton kernels, with split accumulators from candle's allocator (ordered by the
+/// Queues the Triton `kernels` the dispatch selected, with split accumulators from candle's allocator (ordered by the
 /// stream as in `launch_ck`).
 fn launch_triton(
     driver: &'static crate::gpu::Driver,
     call: &AttnCall,
     dev: &RocmDevice,
-    info: &crate::triton::DeviceInfo,
+    kernels: crate::triton::Kernels,
+    units: usize,
     mut buffers: DeviceBuffers,
 ) -> Result<()> {
-    let kernels = crate::triton::select(call, &info.arch, crate::triton::KERNELS)?;
-    let plan = crate::triton::Plan::new(call, kernels, info.units)?;
+    let plan = crate::triton::Plan::new(call, kernels, units)?;
     let (l_len, o_len) = plan.scratch_lens(call);
     let scratch = (plan.num_splits > 1)
         .then(|| Ok::<_, candle::Error>((dev.alloc::<f32>(l_len)?, dev.alloc::<f32>(o_len)?)))

@@ -4,15 +4,16 @@
 //! `FLASH_ATTN_ROCM_KERNELS=auto|ck|triton` forces one, for comparisons and tests. Pure Rust.
 use super::marshal::check_supported;
 use crate::params::AttnCall;
-use crate::triton::{select, KernelImage};
+use crate::triton::{select, KernelImage, Kernels};
 use candle::Result;
 
 pub const ENV_KERNELS: &str = "FLASH_ATTN_ROCM_KERNELS";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The family that serves a call; the Triton one with the kernels it selected.
+#[derive(Debug, Clone, Copy)]
 pub enum KernelFamily {
     Ck,
-    Triton,
+    Triton(Kernels),
 }
 
 /// The value of `FLASH_ATTN_ROCM_KERNELS`.
@@ -66,21 +67,17 @@ impl Built<'_> {
 
 /// The kernel family for `call` on `arch` under `choice`, or an `Err` saying why neither serves.
 pub fn choose(call: &AttnCall, arch: &str, choice: KernelChoice, built: &Built) -> Result<KernelFamily> {
-    let ck = || built.ck_refusal(call, arch);
-    let triton = || select(call, arch, built.triton).map(|_| ());
-    match choice {
-        KernelChoice::Ck => match ck() {
-            None => Ok(KernelFamily::Ck),
-            Some(why) => candle::bail!("flash-attn-rocm: {ENV_KERNELS}=ck: {why}"),
-        },
-        KernelChoice::Triton => triton().map(|_| KernelFamily::Triton),
-        KernelChoice::Auto => match (ck(), triton()) {
-            (None, _) => Ok(KernelFamily::Ck),
-            (Some(_), Ok(())) => Ok(KernelFamily::Triton),
-            (Some(ck_why), Err(triton_why)) => {
-                candle::bail!("flash-attn-rocm: no kernel serves this call on {arch}: CK: {ck_why}; Triton: {triton_why}")
-            }
-        },
+    let triton = || select(call, arch, built.triton).map(KernelFamily::Triton);
+    match (choice, built.ck_refusal(call, arch)) {
+        (KernelChoice::Triton, _) => triton(),
+        (KernelChoice::Ck | KernelChoice::Auto, None) => Ok(KernelFamily::Ck),
+        (KernelChoice::Ck, Some(why)) => candle::bail!("flash-attn-rocm: {ENV_KERNELS}=ck: {why}"),
+        // Triton is consulted only when CK cannot serve the call.
+        (KernelChoice::Auto, Some(ck_why)) => triton().map_err(|triton_why| {
+            candle::Error::Msg(format!(
+                "flash-attn-rocm: no kernel serves this call on {arch}: CK: {ck_why}; Triton: {triton_why}"
+            ))
+        }),
     }
 }
 
@@ -128,18 +125,21 @@ mod tests {
     #[test]
     fn auto_prefers_ck_and_falls_back_to_triton() {
         let built = Built { ck_archs: "gfx942", ck_hdims: "64,128", triton: images("gfx942") };
-        assert_eq!(choose(&call(128), "gfx942", KernelChoice::Auto, &built).unwrap(), KernelFamily::Ck);
-        assert_eq!(choose(&call(40), "gfx942", KernelChoice::Auto, &built).unwrap(), KernelFamily::Ck);
+        assert!(matches!(choose(&call(128), "gfx942", KernelChoice::Auto, &built).unwrap(), KernelFamily::Ck));
+        assert!(matches!(choose(&call(40), "gfx942", KernelChoice::Auto, &built).unwrap(), KernelFamily::Ck));
         // Head dim 256: no CK tile built; Triton serves it.
-        assert_eq!(choose(&call(256), "gfx942", KernelChoice::Auto, &built).unwrap(), KernelFamily::Triton);
+        let KernelFamily::Triton(k) = choose(&call(256), "gfx942", KernelChoice::Auto, &built).unwrap() else {
+            panic!("head dim 256 should go to Triton")
+        };
+        assert_eq!(k.fwd.block_d, 256);
         let rdna = Built { ck_archs: "gfx942", ck_hdims: "64,128", triton: images("gfx1100") };
-        assert_eq!(choose(&call(128), "gfx1100", KernelChoice::Auto, &rdna).unwrap(), KernelFamily::Triton);
+        assert!(matches!(choose(&call(128), "gfx1100", KernelChoice::Auto, &rdna).unwrap(), KernelFamily::Triton(_)));
     }
 
     #[test]
     fn forced_choices_and_refusals_say_why() {
         let built = Built { ck_archs: "gfx942", ck_hdims: "64,128", triton: images("gfx942") };
-        assert_eq!(choose(&call(64), "gfx942", KernelChoice::Triton, &built).unwrap(), KernelFamily::Triton);
+        assert!(matches!(choose(&call(64), "gfx942", KernelChoice::Triton, &built).unwrap(), KernelFamily::Triton(_)));
         let err = choose(&call(256), "gfx942", KernelChoice::Ck, &built).unwrap_err().to_string();
         assert!(err.contains("FLASH_ATTN_ROCM_KERNELS=ck") && err.contains("tile >= 256"), "{err}");
         let none = Built { ck_archs: "", ck_hdims: "", triton: images("gfx942") };

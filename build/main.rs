@@ -10,6 +10,8 @@ use std::path::PathBuf;
 
 #[cfg(feature = "triton")]
 mod cache_key;
+#[cfg(feature = "candle-rocm")]
+mod candle_check;
 #[cfg(feature = "rocm")]
 mod codegen;
 #[cfg(feature = "rocm")]
@@ -38,11 +40,32 @@ fn main() {
     println!("cargo:rustc-check-cfg=cfg(flash_attn_rocm_lse_kernels)");
     // Set when the CK library and its shim were built (a `rocm` build with a CK arch).
     println!("cargo:rustc-check-cfg=cfg(flash_attn_rocm_ck)");
-    let result = if env::var_os("DOCS_RS").is_some() { docs_build() } else { build() };
+    let result = if env::var_os("DOCS_RS").is_some() { docs_build() } else { check_candle().and_then(|()| build()) };
     if let Err(message) = result {
         eprintln!("\nflash-attn-rocm: the build failed:\n{message}\n");
         std::process::exit(1);
     }
+}
+
+/// With `candle-rocm`: fails before any native step unless candle-core has a ROCm device.
+#[cfg(feature = "candle-rocm")]
+fn check_candle() -> BuildResult<()> {
+    let dir = |var: &str| PathBuf::from(env::var_os(var).unwrap_or_default());
+    let package = env::var("CARGO_PKG_NAME").unwrap_or_default();
+    let Some((lockfile, text)) = candle_check::find_lockfile(&dir("OUT_DIR"), &dir("CARGO_MANIFEST_DIR"), &package) else {
+        println!("cargo:warning=flash-attn-rocm: no Cargo.lock found above OUT_DIR; the candle ROCm check is skipped");
+        return Ok(());
+    };
+    println!("cargo:rerun-if-changed={}", lockfile.display());
+    match candle_check::judge(&candle_check::parse_lock(&text)) {
+        candle_check::CandleVerdict::NoRocm(found) => Err(candle_check::no_rocm_message(&lockfile, &found)),
+        candle_check::CandleVerdict::HasRocm | candle_check::CandleVerdict::NotFound => Ok(()),
+    }
+}
+
+#[cfg(not(feature = "candle-rocm"))]
+fn check_candle() -> BuildResult<()> {
+    Ok(())
 }
 
 /// docs.rs has no GPU toolchain: the Rust items still document, nothing is compiled or linked;

@@ -1,30 +1,45 @@
-//! One unit of parallel work: a block of query rows of one head, swept over the keys it may see
-//! with the online softmax. Memory per block is O(tile): nothing of size s_q × s_k exists.
+//! One unit of parallel work: a block of query rows that share one k/v head (every query head of
+//! its GQA group at a run of positions), swept over the keys it may see (or one split of them)
+//! with the online softmax. K/V tiles are read, and widened when they are not f32, once for the
+//! whole group. Memory per block is O(tile): nothing of size s_q × s_k exists.
+//!
+//! The scores are kept transposed (keys × rows): the queries are packed once per block as the
+//! vector operand of both products, K and V rows are read in place, and the softmax runs along
+//! vector lanes (one lane per row). See `gemm.rs`.
 
 use super::element::{widen, Element};
-use super::exp::{exp_shifted_sum, max};
+use super::gemm::{matmul, Blocking, Rows, Strided};
 use super::mask::{Logits, RowRanges};
+use super::simd::Vector;
 use crate::params::AttnCall;
-use gemm::Parallelism;
 
-/// Query rows per block.
-pub const BLOCK_M: usize = 128;
+/// Rows a block aims for: query positions × the heads of a GQA group.
+pub const BLOCK_ROWS: usize = 128;
 /// Keys per tile.
 pub const BLOCK_N: usize = 128;
 
-/// Which rows a block covers.
+/// Which rows and keys a block covers. Row `r` is query position `pos0 + r / group` of head
+/// `hk * group + r % group`.
 #[derive(Debug, Clone, Copy)]
 pub struct BlockId {
     pub b: usize,
-    pub h: usize,
-    pub i0: usize,
-    pub rows: usize,
+    pub hk: usize,
+    pub pos0: usize,
+    pub positions: usize,
+    /// The keys of this split, `[lo, hi)`; `(0, usize::MAX)` for all of them.
+    pub keys: (usize, usize),
 }
 
-/// The result of one block: normalized output rows (`rows × d`) and their log-sum-exp.
-pub struct BlockOut {
-    pub out: Vec<f32>,
-    pub lse: Vec<f32>,
+impl BlockId {
+    pub fn rows(&self, call: &AttnCall) -> usize {
+        self.positions * call.group_size()
+    }
+
+    /// Query position and head of row `r`.
+    pub fn row(&self, call: &AttnCall, r: usize) -> (usize, usize) {
+        let g = call.group_size();
+        (self.pos0 + r / g, self.hk * g + r % g)
+    }
 }
 
 /// Inputs shared by every block of a call.
@@ -37,11 +52,29 @@ pub struct Inputs<'a, T> {
     pub prefix_ranges: Option<&'a [Vec<(i32, i32)>]>,
 }
 
-/// A `rows × d` matrix of k or v rows: either in place in an f32 input or widened into scratch.
-struct KvTile<'a> {
-    ptr: *const f32,
-    row_stride: usize,
-    _src: std::marker::PhantomData<&'a [f32]>,
+/// Per-thread working memory, reused from block to block. After [`run`]: `acc` holds the
+/// unnormalized output rows (`rows × d`), `row_max` and `row_sum` the softmax state per row.
+#[derive(Default)]
+pub struct Scratch {
+    q_t: Vec<f32>,
+    scores_t: Vec<f32>,
+    pub acc: Vec<f32>,
+    pub row_max: Vec<f32>,
+    pub row_sum: Vec<f32>,
+    correction: Vec<f32>,
+    k_tile: Vec<f32>,
+    v_tile: Vec<f32>,
+}
+
+fn reset(buf: &mut Vec<f32>, len: usize, value: f32) {
+    buf.clear();
+    buf.resize(len, value);
+}
+
+#[derive(Clone, Copy)]
+enum Kv {
+    K,
+    V,
 }
 
 /// Where a key tile sits: sequence `b`, k/v head `hk`, keys `[j0, j1)` (never across a page).
@@ -55,8 +88,13 @@ struct TileAt {
 }
 
 impl<T: Element> Inputs<'_, T> {
-    /// Rows `[j0, j1)` of k or v: in place for f32 inputs, else widened into `scratch`.
-    fn kv_tile<'s>(&'s self, which: Kv, scratch: &'s mut Vec<f32>, at: TileAt) -> KvTile<'s> {
+    /// Rows `[j0, j1)` of k or v as an f32 matrix: in place for f32 inputs, else widened into
+    /// `scratch`. Returns the pointer and row stride.
+    ///
+    /// # Safety
+    /// The CPU must have `V`'s features.
+    #[inline(always)]
+    unsafe fn kv_tile<V: Vector>(&self, which: Kv, scratch: &mut Vec<f32>, at: TileAt) -> (*const f32, usize) {
         let call = self.call;
         let (src, view) = match which {
             Kv::K => (self.k, call.k),
@@ -71,25 +109,17 @@ impl<T: Element> Inputs<'_, T> {
             None => view.at(at.b, at.k_start + at.j0, at.hk),
         };
         let n = at.j1 - at.j0;
-        let span = (n - 1) * view.row_stride + d;
-        let rows = &src[start..start + span];
+        let rows = &src[start..start + (n - 1) * view.row_stride + d];
         if T::IS_F32 {
-            // SAFETY: `T` is f32 (IS_F32), so the slice is a valid f32 slice of the same length.
-            let f: &[f32] = unsafe { std::slice::from_raw_parts(rows.as_ptr().cast(), rows.len()) };
-            return KvTile { ptr: f.as_ptr(), row_stride: view.row_stride, _src: Default::default() };
+            return (rows.as_ptr().cast(), view.row_stride);
         }
-        scratch.resize(n * d, 0.0);
-        for r in 0..n {
-            widen(&rows[r * view.row_stride..][..d], &mut scratch[r * d..(r + 1) * d]);
+        reset(scratch, n * d, 0.0);
+        for (r, dst) in scratch.chunks_exact_mut(d).enumerate() {
+            // SAFETY: features per the caller.
+            unsafe { widen::<T, V>(&rows[r * view.row_stride..][..d], dst) };
         }
-        KvTile { ptr: scratch.as_ptr(), row_stride: d, _src: Default::default() }
+        (scratch.as_ptr(), d)
     }
-}
-
-#[derive(Clone, Copy)]
-enum Kv {
-    K,
-    V,
 }
 
 /// End (exclusive) of the key tile starting at `j0`: at most `BLOCK_N` keys, never past `hi`,
@@ -102,98 +132,142 @@ fn tile_end(call: &AttnCall, j0: usize, hi: usize) -> usize {
     }
 }
 
-/// `dst (m × n, row stride ld_dst) = [dst +] lhs (m × k) · rhs (k × n)` with explicit strides.
-#[allow(clippy::too_many_arguments)]
-fn matmul(m: usize, n: usize, k: usize, dst: &mut [f32], ld_dst: usize, accumulate: bool, lhs: (*const f32, usize, usize), rhs: (*const f32, usize, usize)) {
-    debug_assert!(dst.len() >= (m - 1) * ld_dst + n);
-    // SAFETY: `dst` holds the m × n output at row stride `ld_dst` (asserted above); the callers
-    // build `lhs`/`rhs` from slices that cover every (row, col) address the strides reach.
-    unsafe {
-        gemm::gemm::<f32>(
-            m, n, k,
-            dst.as_mut_ptr(), 1, ld_dst as isize,
-            accumulate,
-            lhs.0, lhs.2 as isize, lhs.1 as isize,
-            rhs.0, rhs.2 as isize, rhs.1 as isize,
-            1.0, 1.0,
-            false, false, false,
-            Parallelism::None,
-        )
-    }
-}
-
-pub fn run_block<T: Element>(inp: &Inputs<'_, T>, id: BlockId) -> BlockOut {
+/// Runs block `id` into `s` (see [`Scratch`]).
+///
+/// # Safety
+/// The CPU must have the features of `K`'s vectors.
+#[inline(always)]
+pub unsafe fn run<T: Element, K: Blocking>(inp: &Inputs<'_, T>, id: BlockId, s: &mut Scratch) {
     let call = inp.call;
     let d = call.head_dim;
     let seq = call.seqs.get(id.b);
-    let hk = id.h / call.group_size();
-    let rows = id.rows;
+    let rows = id.rows(call);
+    // The transposed queries are the vector operand of the scores: whole 8-lane vectors.
+    let ld = rows.next_multiple_of(8);
 
-    // Queries, pre-multiplied by the softmax scale.
-    let mut q = vec![0.0f32; rows * d];
+    // Qᵀ (d × ld), pre-multiplied by the softmax scale; padding columns stay 0.
+    reset(&mut s.q_t, d * ld, 0.0);
+    let mut positions = Vec::with_capacity(rows);
+    let mut heads = Vec::with_capacity(rows);
     for r in 0..rows {
-        let at = call.q.at(id.b, seq.q_start + id.i0 + r, id.h);
-        widen(&inp.q[at..at + d], &mut q[r * d..(r + 1) * d]);
+        let (pos, h) = id.row(call, r);
+        let at = call.q.at(id.b, seq.q_start + pos, h);
+        for (kk, x) in inp.q[at..at + d].iter().enumerate() {
+            s.q_t[kk * ld + r] = x.to_f32() * call.softmax_scale;
+        }
+        positions.push(pos);
+        heads.push(h);
     }
-    q.iter_mut().for_each(|x| *x *= call.softmax_scale);
 
     let no_prefix: &[(i32, i32)] = &[];
     let prefix = inp.prefix_ranges.map_or(no_prefix, |p| p[id.b].as_slice());
-    let ranges = RowRanges::new(call, &seq, prefix, id.i0, rows);
+    let ranges = RowRanges::new(call, &seq, prefix, &positions);
+    let shift = seq.k_len as i64 - seq.q_len as i64;
     let logits = Logits {
         softcap: call.softcap,
-        alibi_slope: inp.alibi_slopes.map(|s| s[id.h]),
+        alibi_slopes: inp.alibi_slopes.map(|slopes| heads.iter().map(|&h| slopes[h]).collect()),
         ranges: &ranges,
-        pos0: id.i0 as i64 + seq.k_len as i64 - seq.q_len as i64,
+        key_pos: positions.iter().map(|&i| i as i64 + shift).collect(),
     };
 
-    let mut acc = vec![0.0f32; rows * d];
-    let mut row_max = vec![f32::NEG_INFINITY; rows];
-    let mut row_sum = vec![0.0f32; rows];
-    let mut scores = vec![0.0f32; rows * BLOCK_N];
-    let (mut k_scratch, mut v_scratch) = (Vec::new(), Vec::new());
+    reset(&mut s.acc, rows * d, 0.0);
+    reset(&mut s.row_max, ld, f32::NEG_INFINITY);
+    reset(&mut s.row_sum, ld, 0.0);
+    reset(&mut s.correction, ld, 1.0);
+    reset(&mut s.scores_t, BLOCK_N * ld, 0.0);
 
-    let (lo, hi) = ranges.span();
+    let (span_lo, span_hi) = ranges.span();
+    let (lo, hi) = (span_lo.max(id.keys.0), span_hi.min(id.keys.1));
     let mut j0 = lo;
     while j0 < hi {
         let j1 = tile_end(call, j0, hi);
         let n = j1 - j0;
-        let at = TileAt { b: id.b, hk, k_start: seq.k_start, j0, j1 };
-        let kt = inp.kv_tile(Kv::K, &mut k_scratch, at);
-        // scores = q · kᵀ: rhs element (dim, key) sits at key * row_stride + dim.
-        matmul(rows, n, d, &mut scores, BLOCK_N, false, (q.as_ptr(), d, 1), (kt.ptr, 1, kt.row_stride));
-        logits.apply(&mut scores, BLOCK_N, rows, j0, n);
-        for r in 0..rows {
-            let row = &mut scores[r * BLOCK_N..r * BLOCK_N + n];
-            let tile_max = max(row);
-            let new_max = row_max[r].max(tile_max);
-            if new_max == f32::NEG_INFINITY {
-                // Nothing visible yet for this row: contribute zeros, keep the state.
-                row.fill(0.0);
-                continue;
+        let at = TileAt { b: id.b, hk: id.hk, k_start: seq.k_start, j0, j1 };
+        // SAFETY (whole loop body): features per the caller; the matrices passed to `matmul`
+        // are the scratch buffers sized above (q_t d × ld, scores_t BLOCK_N × ld, acc rows × d)
+        // and the k/v tiles `kv_tile` returns (n rows of d at their row stride).
+        unsafe {
+            let (k_ptr, k_stride) = inp.kv_tile::<K::T>(Kv::K, &mut s.k_tile, at);
+            // Sᵀ (n × ld) = K (n × d) · Qᵀ (d × ld).
+            matmul::<K>(
+                n,
+                ld,
+                d,
+                Strided { ptr: k_ptr, row_stride: k_stride, col_stride: 1 },
+                Rows { ptr: s.q_t.as_ptr(), row_stride: ld },
+                Rows { ptr: s.scores_t.as_mut_ptr(), row_stride: ld },
+                false,
+            );
+            logits.apply_transposed(&mut s.scores_t, ld, rows, j0, n);
+            softmax_tile::<K>(&mut s.scores_t, n, ld, &mut s.row_max, &mut s.row_sum, &mut s.correction);
+            for (r, &c) in s.correction[..rows].iter().enumerate() {
+                if c != 1.0 {
+                    s.acc[r * d..(r + 1) * d].iter_mut().for_each(|x| *x *= c);
+                }
             }
-            let correction = (row_max[r] - new_max).exp();
-            row_sum[r] = row_sum[r] * correction + exp_shifted_sum(row, new_max);
-            if correction != 1.0 {
-                acc[r * d..(r + 1) * d].iter_mut().for_each(|x| *x *= correction);
-            }
-            row_max[r] = new_max;
+            let (v_ptr, v_stride) = inp.kv_tile::<K::T>(Kv::V, &mut s.v_tile, at);
+            // O (rows × d) += P (rows × n) · V (n × d), P read from Pᵀ.
+            matmul::<K>(
+                rows,
+                d,
+                n,
+                Strided { ptr: s.scores_t.as_ptr(), row_stride: 1, col_stride: ld },
+                Rows { ptr: v_ptr, row_stride: v_stride },
+                Rows { ptr: s.acc.as_mut_ptr(), row_stride: d },
+                true,
+            );
         }
-        let vt = inp.kv_tile(Kv::V, &mut v_scratch, at);
-        matmul(rows, d, n, &mut acc, d, true, (scores.as_ptr(), BLOCK_N, 1), (vt.ptr, vt.row_stride, 1));
         j0 = j1;
     }
+}
 
-    let mut lse = vec![f32::NEG_INFINITY; rows];
-    for r in 0..rows {
-        let out_row = &mut acc[r * d..(r + 1) * d];
-        if row_sum[r] > 0.0 {
-            let inv = 1.0 / row_sum[r];
-            out_row.iter_mut().for_each(|x| *x *= inv);
-            lse[r] = row_max[r] + row_sum[r].ln();
-        } else {
-            out_row.fill(0.0);
+/// The online-softmax step of a tile of transposed scores (`n` keys × `ld` rows): updates each
+/// row's running max and sum, replaces the scores by `e^(s - max)`, and leaves in `correction`
+/// the factor the row's accumulated output must be scaled by.
+///
+/// # Safety
+/// The CPU must have the features of `K`'s vectors.
+#[inline(always)]
+unsafe fn softmax_tile<K: Blocking>(st: &mut [f32], n: usize, ld: usize, row_max: &mut [f32], row_sum: &mut [f32], correction: &mut [f32]) {
+    let mut c = 0;
+    // SAFETY: every column chunk lies inside `ld` (a multiple of 8), and `st` holds n × ld.
+    unsafe {
+        while c + K::V::LANES <= ld {
+            softmax_lanes::<K::V>(st, n, ld, c, row_max, row_sum, correction);
+            c += K::V::LANES;
+        }
+        while c < ld {
+            softmax_lanes::<K::T>(st, n, ld, c, row_max, row_sum, correction);
+            c += K::T::LANES;
         }
     }
-    BlockOut { out: acc, lse }
+}
+
+/// [`softmax_tile`] for the rows `c..c + V::LANES`.
+#[inline(always)]
+unsafe fn softmax_lanes<V: Vector>(st: &mut [f32], n: usize, ld: usize, c: usize, row_max: &mut [f32], row_sum: &mut [f32], correction: &mut [f32]) {
+    assert!(c + V::LANES <= ld && st.len() >= n * ld && row_max.len() >= ld && row_sum.len() >= ld && correction.len() >= ld);
+    let base = st.as_mut_ptr();
+    // SAFETY (whole body): in bounds per the assertion; features per the caller.
+    unsafe {
+        let old_max = V::load(row_max.as_ptr().add(c));
+        let mut tile_max = V::splat(f32::NEG_INFINITY);
+        for j in 0..n {
+            tile_max = tile_max.max(V::load(base.add(j * ld + c)));
+        }
+        let new_max = old_max.max(tile_max);
+        // A row that has seen no key yet keeps max -inf; shifting by 0 then gives e^-inf = 0.
+        let shift = new_max.neg_inf_to_zero();
+        let mut sum = V::splat(0.0);
+        for j in 0..n {
+            let at = base.add(j * ld + c);
+            let p = V::load(at).sub(shift).exp();
+            p.store(at);
+            sum = sum.add(p);
+        }
+        let corr = old_max.sub(shift).exp();
+        V::load(row_sum.as_ptr().add(c)).mul_add(corr, sum).store(row_sum.as_mut_ptr().add(c));
+        new_max.store(row_max.as_mut_ptr().add(c));
+        corr.store(correction.as_mut_ptr().add(c));
+    }
 }

@@ -1,5 +1,6 @@
 //! Input element types of the CPU kernel: f32, f16 and bf16, all computed in f32.
 
+use super::simd::Vector;
 use half::{bf16, f16};
 
 pub trait Element: Copy + Send + Sync + 'static {
@@ -7,6 +8,11 @@ pub trait Element: Copy + Send + Sync + 'static {
     const IS_F32: bool;
     fn to_f32(self) -> f32;
     fn from_f32(x: f32) -> Self;
+    /// `V::LANES` elements at `p`, widened to f32.
+    ///
+    /// # Safety
+    /// `p` must be valid for `V::LANES` elements, and the CPU must have `V`'s features.
+    unsafe fn load<V: Vector>(p: *const Self) -> V;
 }
 
 impl Element for f32 {
@@ -18,6 +24,11 @@ impl Element for f32 {
     #[inline(always)]
     fn from_f32(x: f32) -> Self {
         x
+    }
+    #[inline(always)]
+    unsafe fn load<V: Vector>(p: *const Self) -> V {
+        // SAFETY: forwarded contract.
+        unsafe { V::load(p) }
     }
 }
 
@@ -31,6 +42,11 @@ impl Element for f16 {
     fn from_f32(x: f32) -> Self {
         f16::from_f32(x)
     }
+    #[inline(always)]
+    unsafe fn load<V: Vector>(p: *const Self) -> V {
+        // SAFETY: forwarded contract; f16 is a transparent u16.
+        unsafe { V::load_f16(p.cast()) }
+    }
 }
 
 impl Element for bf16 {
@@ -43,12 +59,23 @@ impl Element for bf16 {
     fn from_f32(x: f32) -> Self {
         bf16::from_f32(x)
     }
+    #[inline(always)]
+    unsafe fn load<V: Vector>(p: *const Self) -> V {
+        // SAFETY: forwarded contract; bf16 is a transparent u16.
+        unsafe { V::load_bf16(p.cast()) }
+    }
 }
 
-/// Copies `src` into `dst` as f32.
-#[inline]
-pub fn widen<T: Element>(src: &[T], dst: &mut [f32]) {
-    for (d, s) in dst.iter_mut().zip(src) {
-        *d = s.to_f32();
+/// Copies `src` into `dst` as f32, eight lanes at a time (`src.len()` is a multiple of 8: head
+/// dims are).
+///
+/// # Safety
+/// The CPU must have `V`'s features.
+#[inline(always)]
+pub unsafe fn widen<T: Element, V: Vector>(src: &[T], dst: &mut [f32]) {
+    debug_assert!(src.len() % V::LANES == 0 && dst.len() >= src.len());
+    for (s, d) in src.chunks_exact(V::LANES).zip(dst.chunks_exact_mut(V::LANES)) {
+        // SAFETY: both chunks hold V::LANES elements; features per the caller.
+        unsafe { T::load::<V>(s.as_ptr()).store(d.as_mut_ptr()) }
     }
 }

@@ -1,5 +1,6 @@
 //! Which keys each query row of a block may see, and the logit transforms (softcap, ALiBi,
-//! mask) applied to a tile of scores.
+//! mask) applied to a tile of transposed scores. A block's rows may come from several query
+//! heads of one k/v head (GQA packing), so positions and ALiBi slopes are per row.
 
 use crate::params::{AttnCall, Sequence};
 
@@ -12,11 +13,13 @@ pub struct RowRanges {
 }
 
 impl RowRanges {
-    pub fn new(call: &AttnCall, seq: &Sequence, prefix_ranges: &[(i32, i32)], i0: usize, rows: usize) -> Self {
+    /// The ranges of query rows at sequence positions `positions` (one entry per block row).
+    pub fn new(call: &AttnCall, seq: &Sequence, prefix_ranges: &[(i32, i32)], positions: &[usize]) -> Self {
         let (s_q, s_k) = (seq.q_len, seq.k_len);
-        let window = (i0..i0 + rows).map(|i| call.window.key_range(i, s_q, s_k)).collect();
-        let prefix = (i0..i0 + rows)
-            .map(|i| {
+        let window = positions.iter().map(|&i| call.window.key_range(i, s_q, s_k)).collect();
+        let prefix = positions
+            .iter()
+            .map(|&i| {
                 let pos = (i + s_k) as i64 - s_q as i64;
                 prefix_ranges
                     .iter()
@@ -54,37 +57,37 @@ impl RowRanges {
 /// Transforms of the raw `q·k·scale` scores of one tile, in flash-attn's order.
 pub struct Logits<'a> {
     pub softcap: Option<f32>,
-    /// ALiBi slope of this head, if any.
-    pub alibi_slope: Option<f32>,
+    /// ALiBi slope of each row's head, if any.
+    pub alibi_slopes: Option<Vec<f32>>,
     pub ranges: &'a RowRanges,
-    /// Key position of row 0 of the block: `i0 + s_k - s_q`.
-    pub pos0: i64,
+    /// Key position of each row: `i + s_k - s_q` for its query position `i`.
+    pub key_pos: Vec<i64>,
 }
 
 impl Logits<'_> {
-    /// Applies softcap, ALiBi and the mask to `scores` (`rows × n`, row stride `ld`) whose
-    /// columns are keys `j0..j0 + n`.
-    pub fn apply(&self, scores: &mut [f32], ld: usize, rows: usize, j0: usize, n: usize) {
+    /// Applies softcap, ALiBi and the mask to the transposed scores `st` (key `j0 + c` of row `r`
+    /// at `st[c * ld + r]`, `n` keys, `rows` rows).
+    pub fn apply_transposed(&self, st: &mut [f32], ld: usize, rows: usize, j0: usize, n: usize) {
         let masked = !self.ranges.covers(j0, j0 + n);
-        if self.softcap.is_none() && self.alibi_slope.is_none() && !masked {
+        if self.softcap.is_none() && self.alibi_slopes.is_none() && !masked {
             return;
         }
-        for r in 0..rows {
-            let row = &mut scores[r * ld..r * ld + n];
+        for c in 0..n {
+            let j = j0 + c;
+            let scores = &mut st[c * ld..c * ld + rows];
             if let Some(cap) = self.softcap {
                 // Divide, not multiply by 1 / cap: for a cap below ~2.9e-39 the reciprocal
                 // overflows to inf and a zero logit would become NaN.
-                row.iter_mut().for_each(|s| *s = cap * (*s / cap).tanh());
+                scores.iter_mut().for_each(|s| *s = cap * (*s / cap).tanh());
             }
-            if let Some(slope) = self.alibi_slope {
-                let pos = self.pos0 + r as i64;
-                for (c, s) in row.iter_mut().enumerate() {
-                    *s -= slope * (pos - (j0 + c) as i64).abs() as f32;
+            if let Some(slopes) = &self.alibi_slopes {
+                for (r, s) in scores.iter_mut().enumerate() {
+                    *s -= slopes[r] * (self.key_pos[r] - j as i64).abs() as f32;
                 }
             }
             if masked {
-                for (c, s) in row.iter_mut().enumerate() {
-                    if !self.ranges.allows(r, j0 + c) {
+                for (r, s) in scores.iter_mut().enumerate() {
+                    if !self.ranges.allows(r, j) {
                         *s = f32::NEG_INFINITY;
                     }
                 }

@@ -1,20 +1,28 @@
-//! The CPU backend: a tiled flash-attention forward with the online softmax, f32 accumulation,
-//! parallel (rayon) over batch × heads × query blocks.
+//! The CPU backend: a tiled flash-attention forward with the online softmax and f32
+//! accumulation, on our own register-blocked products (AVX-512 or AVX2 chosen at run time, plain
+//! Rust elsewhere), parallel (rayon) over blocks of query rows and, for decode-like calls with
+//! few rows, over splits of the keys. Blocks and splits depend on the shapes only, never on the
+//! thread count, so results are bit-identical for any number of threads.
 
 mod block;
 mod element;
-mod exp;
+mod gemm;
 mod mask;
+mod plan;
+mod simd;
 
 use crate::params::AttnCall;
-use block::{run_block, BlockId, Inputs, BLOCK_M};
+use block::{Inputs, Scratch};
 use candle::backend::BackendStorage;
 use candle::{CpuStorage, Result};
 use element::Element;
+use plan::{Item, Plan};
+use simd::Isa;
 
 use rayon::prelude::*;
+use std::cell::RefCell;
 
-pub use block::{BLOCK_M as QUERY_BLOCK, BLOCK_N as KEY_BLOCK};
+pub use block::{BLOCK_N as KEY_BLOCK, BLOCK_ROWS as QUERY_BLOCK};
 
 /// Runs `call` on host storages. Returns the output (q's dtype, contiguous in q's shape) and,
 /// when asked, the f32 log-sum-exp laid out as [`AttnCall::lse_dims`].
@@ -58,18 +66,6 @@ pub fn forward(
     })
 }
 
-fn blocks(call: &AttnCall) -> Vec<BlockId> {
-    let mut ids = Vec::new();
-    for (b, seq) in call.seqs.iter().enumerate() {
-        for h in 0..call.num_heads {
-            for i0 in (0..seq.q_len).step_by(BLOCK_M) {
-                ids.push(BlockId { b, h, i0, rows: BLOCK_M.min(seq.q_len - i0) });
-            }
-        }
-    }
-    ids
-}
-
 /// A raw output pointer shared by the blocks, each of which writes disjoint rows.
 #[derive(Clone, Copy)]
 struct SharedMut<T>(*mut T);
@@ -97,6 +93,74 @@ fn filled<T: Clone>(len: Option<usize>, value: T, what: &str) -> Result<Vec<T>> 
     Ok(v)
 }
 
+/// Register tiles per instruction set (see `gemm.rs`): rows × vectors of columns.
+struct Avx512;
+struct Avx2;
+struct Portable;
+
+#[cfg(target_arch = "x86_64")]
+impl gemm::Blocking for Avx512 {
+    type V = simd::F32x16;
+    type T = simd::F32x8;
+    const MR: usize = 12;
+    const NV: usize = 2;
+}
+
+#[cfg(target_arch = "x86_64")]
+impl gemm::Blocking for Avx2 {
+    type V = simd::F32x8;
+    type T = simd::F32x8;
+    const MR: usize = 6;
+    const NV: usize = 2;
+}
+
+impl gemm::Blocking for Portable {
+    type V = simd::Portable8;
+    type T = simd::Portable8;
+    const MR: usize = 4;
+    const NV: usize = 2;
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn run_avx512<T: Element>(inp: &Inputs<'_, T>, item: &Item, s: &mut Scratch) {
+    // SAFETY: the caller checked the features (Isa::Avx512).
+    unsafe { block::run::<T, Avx512>(inp, item.block, s) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn run_avx2<T: Element>(inp: &Inputs<'_, T>, item: &Item, s: &mut Scratch) {
+    // SAFETY: the caller checked the features (Isa::Avx2).
+    unsafe { block::run::<T, Avx2>(inp, item.block, s) }
+}
+
+fn run_block<T: Element>(isa: Isa, inp: &Inputs<'_, T>, item: &Item, s: &mut Scratch) {
+    match isa {
+        // SAFETY: `Isa::detect` found the features these entry points are compiled for.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { run_avx512(inp, item, s) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { run_avx2(inp, item, s) },
+        // SAFETY: plain Rust vectors need no CPU feature.
+        _ => unsafe { block::run::<T, Portable>(inp, item.block, s) },
+    }
+}
+
+thread_local! {
+    /// Each worker's block memory, kept between blocks and calls.
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// The output rows of one block before normalization: only blocks that are one split of a
+/// row set's keys keep them, to be merged in split order.
+struct Partial {
+    acc: Vec<f32>,
+    row_max: Vec<f32>,
+    row_sum: Vec<f32>,
+}
+
 fn run_all<T: Element>(inp: &Inputs<'_, T>, want_lse: bool) -> Result<(Vec<T>, Option<Vec<f32>>)> {
     let call = inp.call;
     let d = call.head_dim;
@@ -107,28 +171,101 @@ fn run_all<T: Element>(inp: &Inputs<'_, T>, want_lse: bool) -> Result<(Vec<T>, O
     } else {
         Vec::new()
     };
-    let out_ptr = SharedMut(out.as_mut_ptr());
-    let lse_ptr = SharedMut(lse.as_mut_ptr());
-    let (out_len, lse_len) = (out.len(), lse.len());
-    blocks(call).into_par_iter().for_each(|id| {
-        let res = run_block(inp, id);
-        for r in 0..id.rows {
-            let at = call.out_offset(id.b, id.h, id.i0 + r);
-            assert!(at + d <= out_len);
-            // SAFETY: `at + d <= out_len` (checked), and no other block writes row
-            // (b, h, i0 + r): blocks partition the (b, h, row) space.
-            let dst = unsafe { std::slice::from_raw_parts_mut(out_ptr.ptr().add(at), d) };
-            for (o, x) in dst.iter_mut().zip(&res.out[r * d..(r + 1) * d]) {
-                *o = T::from_f32(*x);
+    let writer = Writer { call, out: SharedMut(out.as_mut_ptr()), out_len: out.len(), lse: SharedMut(lse.as_mut_ptr()), lse_len: lse.len(), want_lse };
+    let plan = Plan::new(call);
+    let isa = Isa::detect().map_err(|e| candle::Error::Msg(format!("flash-attn: {e}")))?;
+    let work = |item: &Item| -> Option<Partial> {
+        SCRATCH.with(|cell| {
+            let mut s = cell.borrow_mut();
+            run_block(isa, inp, item, &mut s);
+            if item.splits == 1 {
+                writer.write(item, &s.acc, &s.row_max, &s.row_sum);
+                None
+            } else {
+                let rows = item.block.rows(call);
+                Some(Partial { acc: s.acc.clone(), row_max: s.row_max[..rows].to_vec(), row_sum: s.row_sum[..rows].to_vec() })
             }
-            if want_lse {
-                let li = call.lse_index(id.b, id.h, id.i0 + r);
-                assert!(li < lse_len);
-                // SAFETY: in bounds (checked) and written by this block only, as above.
-                unsafe { *lse_ptr.ptr().add(li) = res.lse[r] };
-            }
-        }
-    });
+        })
+    };
+    // Small calls (decode over a short cache) run on the calling thread: waking the pool would
+    // cost more than the work. The result is the same either way.
+    let partials: Vec<Option<Partial>> = if plan.is_small() {
+        plan.items.iter().map(work).collect()
+    } else {
+        plan.items.par_iter().map(work).collect()
+    };
+    let merge = |first: usize| {
+        let item = &plan.items[first];
+        let parts: Vec<&Partial> = partials[first..first + item.splits].iter().map(|p| p.as_ref().expect("a split keeps its partial")).collect();
+        let merged = merge_splits(&parts, d);
+        writer.write(item, &merged.acc, &merged.row_max, &merged.row_sum);
+    };
+    let firsts: Vec<usize> = plan.items.iter().enumerate().filter(|(_, it)| it.splits > 1 && it.split == 0).map(|(i, _)| i).collect();
+    if plan.is_small() {
+        firsts.iter().copied().for_each(merge);
+    } else {
+        firsts.par_iter().copied().for_each(merge);
+    }
     Ok((out, want_lse.then_some(lse)))
 }
 
+/// Combines the splits of one row set, in split order: every row's output is the splits'
+/// outputs weighted by `e^(max_s - max)`, its sum likewise.
+fn merge_splits(parts: &[&Partial], d: usize) -> Partial {
+    let rows = parts[0].row_max.len();
+    let mut merged = Partial { acc: vec![0.0; rows * d], row_max: vec![f32::NEG_INFINITY; rows], row_sum: vec![0.0; rows] };
+    for r in 0..rows {
+        let max = parts.iter().fold(f32::NEG_INFINITY, |m, p| m.max(p.row_max[r]));
+        if max == f32::NEG_INFINITY {
+            continue;
+        }
+        let out = &mut merged.acc[r * d..(r + 1) * d];
+        for p in parts {
+            let weight = (p.row_max[r] - max).exp();
+            merged.row_sum[r] += p.row_sum[r] * weight;
+            for (o, x) in out.iter_mut().zip(&p.acc[r * d..(r + 1) * d]) {
+                *o += x * weight;
+            }
+        }
+        merged.row_max[r] = max;
+    }
+    merged
+}
+
+/// Writes finished rows into the output (and LSE) buffers.
+struct Writer<'a, T> {
+    call: &'a AttnCall,
+    out: SharedMut<T>,
+    out_len: usize,
+    lse: SharedMut<f32>,
+    lse_len: usize,
+    want_lse: bool,
+}
+
+impl<T: Element> Writer<'_, T> {
+    /// Normalizes the rows of `item` (`acc` rows × d, with their max and sum) and stores them.
+    /// Each (sequence, head, position) is written by exactly one item.
+    fn write(&self, item: &Item, acc: &[f32], row_max: &[f32], row_sum: &[f32]) {
+        let call = self.call;
+        let d = call.head_dim;
+        for r in 0..item.block.rows(call) {
+            let (pos, h) = item.block.row(call, r);
+            let at = call.out_offset(item.block.b, h, pos);
+            assert!(at + d <= self.out_len);
+            // SAFETY: `at + d <= out_len` (checked), and no other item writes row (b, h, pos):
+            // the plan partitions the (b, h, position) space (splits merge before writing).
+            let dst = unsafe { std::slice::from_raw_parts_mut(self.out.ptr().add(at), d) };
+            let inv = if row_sum[r] > 0.0 { 1.0 / row_sum[r] } else { 0.0 };
+            for (o, x) in dst.iter_mut().zip(&acc[r * d..(r + 1) * d]) {
+                *o = T::from_f32(*x * inv);
+            }
+            if self.want_lse {
+                let li = call.lse_index(item.block.b, h, pos);
+                assert!(li < self.lse_len);
+                let value = if row_sum[r] > 0.0 { row_max[r] + row_sum[r].ln() } else { f32::NEG_INFINITY };
+                // SAFETY: in bounds (checked) and written by this item only, as above.
+                unsafe { *self.lse.ptr().add(li) = value };
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! The one matrix product of the kernel, `C (+)= A · B`, register-blocked: a tile of `R` rows of
+//! C by `NV` vectors of columns lives in registers while the shared dimension streams through.
+//! A is read one element at a time and broadcast (any strides, so no packing: K rows for the
+//! scores, the transposed probabilities for the output); B is read as vectors along its rows
+//! (contiguous: the transposed queries, V rows); C's columns are contiguous.
+//!
+//! Both products of a key tile use it (see `block.rs`):
+//! - scores, transposed: `Sᵀ (keys × rows) = K (keys × d) · Qᵀ (d × rows)`;
+//! - output: `O (rows × d) += P (rows × keys) · V (keys × d)` with `P` read from `Pᵀ`.
+
+use super::simd::Vector;
+
+/// A matrix read by element: `(i, p)` is at `ptr[i * row_stride + p * col_stride]`.
+#[derive(Clone, Copy)]
+pub struct Strided {
+    pub ptr: *const f32,
+    pub row_stride: usize,
+    pub col_stride: usize,
+}
+
+/// A matrix with contiguous rows: row `p` starts at `ptr[p * row_stride]`.
+#[derive(Clone, Copy)]
+pub struct Rows<P> {
+    pub ptr: P,
+    pub row_stride: usize,
+}
+
+/// Register tile sizes of an instruction set: `MR` rows by `NV` vectors of `V`, and the 8-lane
+/// vector `T` for column tails (every width here is a multiple of 8).
+pub trait Blocking {
+    type V: Vector;
+    type T: Vector;
+    const MR: usize;
+    const NV: usize;
+}
+
+/// `C (m × n) = [C +] A (m × k) · B (k × n)`; `n` must be a multiple of 8.
+///
+/// # Safety
+/// `a`, `b` and `c` must be valid for every element the shapes and strides reach, and `c` must
+/// not overlap `a` or `b`. The entry point must have the CPU features of `K::V` and `K::T`.
+#[inline(always)]
+pub unsafe fn matmul<K: Blocking>(m: usize, n: usize, k: usize, a: Strided, b: Rows<*const f32>, c: Rows<*mut f32>, accumulate: bool) {
+    debug_assert_eq!(n % 8, 0);
+    let wide = K::NV * K::V::LANES;
+    let mut j = 0;
+    // SAFETY (whole body): every tile stays inside the m × n output and reads rows < m of A and
+    // columns < n of B, which the caller guarantees valid.
+    unsafe {
+        while j + wide <= n {
+            for_row_chunks::<K::V, K>(m, k, a, offset(b, j), offset_mut(c, j), accumulate, K::NV);
+            j += wide;
+        }
+        while j + K::V::LANES <= n {
+            for_row_chunks::<K::V, K>(m, k, a, offset(b, j), offset_mut(c, j), accumulate, 1);
+            j += K::V::LANES;
+        }
+        while j < n {
+            for_row_chunks::<K::T, K>(m, k, a, offset(b, j), offset_mut(c, j), accumulate, 1);
+            j += K::T::LANES;
+        }
+    }
+}
+
+fn offset(b: Rows<*const f32>, cols: usize) -> Rows<*const f32> {
+    Rows { ptr: b.ptr.wrapping_add(cols), row_stride: b.row_stride }
+}
+
+fn offset_mut(c: Rows<*mut f32>, cols: usize) -> Rows<*mut f32> {
+    Rows { ptr: c.ptr.wrapping_add(cols), row_stride: c.row_stride }
+}
+
+/// One column panel (`nv` vectors of `V`) of C, over all rows in chunks of `K::MR`.
+#[inline(always)]
+unsafe fn for_row_chunks<V: Vector, K: Blocking>(m: usize, k: usize, a: Strided, b: Rows<*const f32>, c: Rows<*mut f32>, accumulate: bool, nv: usize) {
+    let mut i = 0;
+    while i < m {
+        let rows = K::MR.min(m - i);
+        let a_i = Strided { ptr: a.ptr.wrapping_add(i * a.row_stride), ..a };
+        let c_i = Rows { ptr: c.ptr.wrapping_add(i * c.row_stride), ..c };
+        // SAFETY: rows i..i + rows of A and C exist (rows <= m - i); the panel's columns exist.
+        unsafe {
+            if nv == 1 {
+                tile_rows::<V, 1>(rows, k, a_i, b, c_i, accumulate)
+            } else {
+                debug_assert_eq!(nv, K::NV);
+                tile_rows::<V, 2>(rows, k, a_i, b, c_i, accumulate)
+            }
+        }
+        i += rows;
+    }
+}
+
+/// Dispatches a run-time row count to the register tile of that many rows.
+#[inline(always)]
+unsafe fn tile_rows<V: Vector, const NV: usize>(rows: usize, k: usize, a: Strided, b: Rows<*const f32>, c: Rows<*mut f32>, accumulate: bool) {
+    macro_rules! by_rows {
+        ($($r:literal)*) => {
+            match rows {
+                // SAFETY: as the caller's: `rows` rows of A and C exist.
+                $($r => unsafe { tile::<V, $r, NV>(k, a, b, c, accumulate) },)*
+                _ => unreachable!("register tiles have at most 12 rows"),
+            }
+        };
+    }
+    by_rows!(1 2 3 4 5 6 7 8 9 10 11 12)
+}
+
+/// The register tile: `R` rows × `NV` vectors of C accumulated over the `k` shared elements.
+#[inline(always)]
+unsafe fn tile<V: Vector, const R: usize, const NV: usize>(k: usize, a: Strided, b: Rows<*const f32>, c: Rows<*mut f32>, accumulate: bool) {
+    // SAFETY (whole body): the caller guarantees R rows of A and C, k rows of B and NV vectors of
+    // columns in B and C.
+    unsafe {
+        let mut acc = [[V::splat(0.0); NV]; R];
+        for p in 0..k {
+            let b_row = b.ptr.add(p * b.row_stride);
+            let bv: [V; NV] = std::array::from_fn(|v| V::load(b_row.add(v * V::LANES)));
+            let a_col = a.ptr.add(p * a.col_stride);
+            for (i, acc_row) in acc.iter_mut().enumerate() {
+                let ai = V::splat(*a_col.add(i * a.row_stride));
+                for (x, bx) in acc_row.iter_mut().zip(&bv) {
+                    *x = ai.mul_add(*bx, *x);
+                }
+            }
+        }
+        for (i, acc_row) in acc.iter().enumerate() {
+            let c_row = c.ptr.add(i * c.row_stride);
+            for (v, x) in acc_row.iter().enumerate() {
+                let at = c_row.add(v * V::LANES);
+                let sum = if accumulate { V::load(at).add(*x) } else { *x };
+                sum.store(at);
+            }
+        }
+    }
+}

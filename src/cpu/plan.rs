@@ -1,0 +1,66 @@
+//! How a call is cut into work items: blocks of about [`BLOCK_ROWS`] rows (query positions × the
+//! query heads of one k/v head), and for blocks with few rows and many keys (decode), splits of
+//! the keys so that every core gets work. Everything here depends on the shapes only, never on
+//! the thread count, which keeps results bit-identical across thread counts.
+
+use super::block::{BlockId, BLOCK_N, BLOCK_ROWS};
+use crate::params::AttnCall;
+
+/// Blocks with at most this many rows may be split over their keys.
+const SPLIT_MAX_ROWS: usize = 32;
+/// Keys per split, at least: below that a split costs more to merge than it saves.
+const SPLIT_MIN_KEYS: usize = 1024;
+/// Splitting stops once the call has this many work items.
+const TARGET_ITEMS: usize = 256;
+/// Below this many multiply-adds per product (rows × keys × head dim, summed over the items) a
+/// call runs on the calling thread.
+const SMALL_WORK: usize = 1 << 20;
+
+/// One work item: a block, or split `split` of `splits` of its keys (the splits of a block are
+/// consecutive items, split 0 first).
+#[derive(Debug, Clone, Copy)]
+pub struct Item {
+    pub block: BlockId,
+    pub split: usize,
+    pub splits: usize,
+}
+
+pub struct Plan {
+    pub items: Vec<Item>,
+    work: usize,
+}
+
+impl Plan {
+    pub fn new(call: &AttnCall) -> Plan {
+        let g = call.group_size();
+        let positions_per_block = (BLOCK_ROWS / g).max(1);
+        let mut blocks = Vec::new();
+        for (b, seq) in call.seqs.iter().enumerate() {
+            for hk in 0..call.num_heads_k {
+                for pos0 in (0..seq.q_len).step_by(positions_per_block) {
+                    let positions = positions_per_block.min(seq.q_len - pos0);
+                    blocks.push((BlockId { b, hk, pos0, positions, keys: (0, usize::MAX) }, seq.k_len));
+                }
+            }
+        }
+        let max_splits = (TARGET_ITEMS / blocks.len().max(1)).max(1);
+        let mut items = Vec::with_capacity(blocks.len());
+        let mut work = 0usize;
+        for (block, k_len) in blocks {
+            let rows = block.rows(call);
+            let splits = if rows <= SPLIT_MAX_ROWS { (k_len / SPLIT_MIN_KEYS).clamp(1, max_splits) } else { 1 };
+            let chunk = k_len.div_ceil(splits).next_multiple_of(BLOCK_N);
+            for split in 0..splits {
+                let keys = if splits == 1 { block.keys } else { (split * chunk, (split + 1) * chunk) };
+                items.push(Item { block: BlockId { keys, ..block }, split, splits });
+            }
+            work = work.saturating_add(rows.saturating_mul(k_len).saturating_mul(call.head_dim));
+        }
+        Plan { items, work }
+    }
+
+    /// True when the call is too small to be worth the thread pool.
+    pub fn is_small(&self) -> bool {
+        self.work < SMALL_WORK
+    }
+}

@@ -1,0 +1,324 @@
+//! The f32 vectors the kernel is written over: AVX-512 (16 lanes) and AVX2 (8 lanes) on x86-64,
+//! chosen at run time from the CPU's features ([`Isa::detect`]), and a portable 8-lane array for
+//! every other CPU (LLVM vectorizes its loops for NEON and the like).
+//!
+//! The methods are `#[inline(always)]` and carry no `#[target_feature]` of their own: the kernel's
+//! entry points do (`super::run`), and everything below them is inlined into those, so the
+//! intrinsics are compiled for the features the entry point was checked for.
+#![allow(clippy::missing_safety_doc)]
+
+/// What the kernel may run on this CPU, detected per call (std caches the CPU's answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// AVX-512F with AVX2, FMA and F16C (every AVX-512 CPU has them).
+    Avx512,
+    /// AVX2, FMA and F16C.
+    Avx2,
+    /// Anything else: plain Rust.
+    Portable,
+}
+
+impl Isa {
+    /// The best instruction set of this CPU, or the one `FLASH_ATTN_ROCM_CPU_ISA` names
+    /// (`avx512`, `avx2`, `portable`: for comparisons and tests); an `Err` when the CPU lacks the
+    /// named one or the name is unknown.
+    pub fn detect() -> Result<Isa, String> {
+        let best = Self::best();
+        let Ok(name) = std::env::var("FLASH_ATTN_ROCM_CPU_ISA") else { return Ok(best) };
+        let wanted = match name.as_str() {
+            "avx512" => Isa::Avx512,
+            "avx2" => Isa::Avx2,
+            "portable" => Isa::Portable,
+            other => return Err(format!("FLASH_ATTN_ROCM_CPU_ISA={other}: expected avx512, avx2 or portable")),
+        };
+        let available = match best {
+            Isa::Avx512 => true,
+            Isa::Avx2 => wanted != Isa::Avx512,
+            Isa::Portable => wanted == Isa::Portable,
+        };
+        if available {
+            Ok(wanted)
+        } else {
+            Err(format!("FLASH_ATTN_ROCM_CPU_ISA={name}: this CPU's best is {best:?}"))
+        }
+    }
+
+    fn best() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = std::is_x86_feature_detected!("avx2")
+                && std::is_x86_feature_detected!("fma")
+                && std::is_x86_feature_detected!("f16c");
+            if avx2 && std::is_x86_feature_detected!("avx512f") {
+                return Isa::Avx512;
+            }
+            if avx2 {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Portable
+    }
+}
+
+/// A vector of f32 lanes. Pointers passed to the methods must be valid for `LANES` elements.
+pub trait Vector: Copy {
+    const LANES: usize;
+    unsafe fn splat(x: f32) -> Self;
+    unsafe fn load(p: *const f32) -> Self;
+    unsafe fn store(self, p: *mut f32);
+    /// Lanes of bf16 (as raw u16 bits) widened to f32.
+    unsafe fn load_bf16(p: *const u16) -> Self;
+    /// Lanes of IEEE f16 (as raw u16 bits) widened to f32.
+    unsafe fn load_f16(p: *const u16) -> Self;
+    /// `self * b + c`, fused.
+    unsafe fn mul_add(self, b: Self, c: Self) -> Self;
+    unsafe fn add(self, b: Self) -> Self;
+    unsafe fn sub(self, b: Self) -> Self;
+    unsafe fn max(self, b: Self) -> Self;
+    /// Lanes equal to -inf become 0: the shift of a row that has seen no key yet.
+    unsafe fn neg_inf_to_zero(self) -> Self;
+    /// `e^x` per lane, [`exp_scalar`]'s algorithm: exactly 0 below -87 (so -inf gives 0).
+    unsafe fn exp(self) -> Self;
+}
+
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+/// Taylor coefficients of e^f on [-ln2/2, ln2/2], highest first (within 2 ulp to degree 6).
+const EXP_POLY: [f32; 7] = [1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0];
+
+/// `e^x` to about 2 ulp for `x` in `[-87, 88]`; exactly 0 below (so masked `-inf` logits vanish).
+#[inline(always)]
+pub fn exp_scalar(x: f32) -> f32 {
+    // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer without a libm call.
+    const ROUND: f32 = 12_582_912.0;
+    let xc = x.clamp(-87.0, 88.0);
+    let n = (xc * LOG2E + ROUND) - ROUND;
+    let f = (xc - n * LN2_HI) - n * LN2_LO;
+    let p = EXP_POLY.iter().fold(0.0, |p, &c| p * f + c);
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    if x < -87.0 {
+        0.0
+    } else {
+        p * scale
+    }
+}
+
+/// Eight f32 lanes in plain Rust, for CPUs without AVX2 (and the reference in tests).
+#[derive(Clone, Copy)]
+pub struct Portable8([f32; 8]);
+
+impl Portable8 {
+    #[inline(always)]
+    fn map(self, f: impl Fn(f32) -> f32) -> Self {
+        Portable8(self.0.map(f))
+    }
+    #[inline(always)]
+    fn zip(self, b: Self, f: impl Fn(f32, f32) -> f32) -> Self {
+        Portable8(std::array::from_fn(|i| f(self.0[i], b.0[i])))
+    }
+}
+
+impl Vector for Portable8 {
+    const LANES: usize = 8;
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self {
+        Portable8([x; 8])
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: the caller guarantees 8 readable f32s at `p`.
+        Portable8(unsafe { p.cast::<[f32; 8]>().read_unaligned() })
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        // SAFETY: the caller guarantees 8 writable f32s at `p`.
+        unsafe { p.cast::<[f32; 8]>().write_unaligned(self.0) }
+    }
+    #[inline(always)]
+    unsafe fn load_bf16(p: *const u16) -> Self {
+        // SAFETY: the caller guarantees 8 readable u16s at `p`.
+        let raw = unsafe { p.cast::<[u16; 8]>().read_unaligned() };
+        Portable8(raw.map(|b| f32::from_bits((b as u32) << 16)))
+    }
+    #[inline(always)]
+    unsafe fn load_f16(p: *const u16) -> Self {
+        // SAFETY: the caller guarantees 8 readable u16s at `p`.
+        let raw = unsafe { p.cast::<[u16; 8]>().read_unaligned() };
+        Portable8(raw.map(|b| half::f16::from_bits(b).to_f32()))
+    }
+    #[inline(always)]
+    unsafe fn mul_add(self, b: Self, c: Self) -> Self {
+        Portable8(std::array::from_fn(|i| self.0[i].mul_add(b.0[i], c.0[i])))
+    }
+    #[inline(always)]
+    unsafe fn add(self, b: Self) -> Self {
+        self.zip(b, |x, y| x + y)
+    }
+    #[inline(always)]
+    unsafe fn sub(self, b: Self) -> Self {
+        self.zip(b, |x, y| x - y)
+    }
+    #[inline(always)]
+    unsafe fn max(self, b: Self) -> Self {
+        self.zip(b, f32::max)
+    }
+    #[inline(always)]
+    unsafe fn neg_inf_to_zero(self) -> Self {
+        self.map(|x| if x == f32::NEG_INFINITY { 0.0 } else { x })
+    }
+    #[inline(always)]
+    unsafe fn exp(self) -> Self {
+        self.map(exp_scalar)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub use x86::{F32x16, F32x8};
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Vector, EXP_POLY, LN2_HI, LN2_LO, LOG2E};
+    use std::arch::x86_64::*;
+
+    /// Eight lanes in a ymm register (AVX2 + FMA + F16C).
+    #[derive(Clone, Copy)]
+    pub struct F32x8(__m256);
+
+    /// Sixteen lanes in a zmm register (AVX-512F).
+    #[derive(Clone, Copy)]
+    pub struct F32x16(__m512);
+
+    // SAFETY (every method of both impls): the intrinsics need the features of the entry point
+    // they are inlined into, which `Isa::detect` checked; pointer validity is the caller's
+    // contract, stated on the trait.
+    impl Vector for F32x8 {
+        const LANES: usize = 8;
+        #[inline(always)]
+        unsafe fn splat(x: f32) -> Self {
+            F32x8(_mm256_set1_ps(x))
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            F32x8(_mm256_loadu_ps(p))
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            _mm256_storeu_ps(p, self.0)
+        }
+        #[inline(always)]
+        unsafe fn load_bf16(p: *const u16) -> Self {
+            let raw = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast()));
+            F32x8(_mm256_castsi256_ps(_mm256_slli_epi32::<16>(raw)))
+        }
+        #[inline(always)]
+        unsafe fn load_f16(p: *const u16) -> Self {
+            F32x8(_mm256_cvtph_ps(_mm_loadu_si128(p.cast())))
+        }
+        #[inline(always)]
+        unsafe fn mul_add(self, b: Self, c: Self) -> Self {
+            F32x8(_mm256_fmadd_ps(self.0, b.0, c.0))
+        }
+        #[inline(always)]
+        unsafe fn add(self, b: Self) -> Self {
+            F32x8(_mm256_add_ps(self.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn sub(self, b: Self) -> Self {
+            F32x8(_mm256_sub_ps(self.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn max(self, b: Self) -> Self {
+            F32x8(_mm256_max_ps(self.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn neg_inf_to_zero(self) -> Self {
+            let is_neg_inf = _mm256_cmp_ps::<_CMP_EQ_OQ>(self.0, _mm256_set1_ps(f32::NEG_INFINITY));
+            F32x8(_mm256_andnot_ps(is_neg_inf, self.0))
+        }
+        #[inline(always)]
+        unsafe fn exp(self) -> Self {
+            let x = self.0;
+            let underflow = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(-87.0));
+            let xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0)), _mm256_set1_ps(88.0));
+            let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+                xc,
+                _mm256_set1_ps(LOG2E),
+            ));
+            let f = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), xc);
+            let f = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), f);
+            let mut p = _mm256_setzero_ps();
+            for c in EXP_POLY {
+                p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(c));
+            }
+            let exponent = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+            let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(exponent));
+            F32x8(_mm256_andnot_ps(underflow, _mm256_mul_ps(p, scale)))
+        }
+    }
+
+    impl Vector for F32x16 {
+        const LANES: usize = 16;
+        #[inline(always)]
+        unsafe fn splat(x: f32) -> Self {
+            F32x16(_mm512_set1_ps(x))
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            F32x16(_mm512_loadu_ps(p))
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            _mm512_storeu_ps(p, self.0)
+        }
+        #[inline(always)]
+        unsafe fn load_bf16(p: *const u16) -> Self {
+            let raw = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p.cast()));
+            F32x16(_mm512_castsi512_ps(_mm512_slli_epi32::<16>(raw)))
+        }
+        #[inline(always)]
+        unsafe fn load_f16(p: *const u16) -> Self {
+            F32x16(_mm512_cvtph_ps(_mm256_loadu_si256(p.cast())))
+        }
+        #[inline(always)]
+        unsafe fn mul_add(self, b: Self, c: Self) -> Self {
+            F32x16(_mm512_fmadd_ps(self.0, b.0, c.0))
+        }
+        #[inline(always)]
+        unsafe fn add(self, b: Self) -> Self {
+            F32x16(_mm512_add_ps(self.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn sub(self, b: Self) -> Self {
+            F32x16(_mm512_sub_ps(self.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn max(self, b: Self) -> Self {
+            F32x16(_mm512_max_ps(self.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn neg_inf_to_zero(self) -> Self {
+            let is_neg_inf = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(self.0, _mm512_set1_ps(f32::NEG_INFINITY));
+            F32x16(_mm512_mask_mov_ps(self.0, is_neg_inf, _mm512_setzero_ps()))
+        }
+        #[inline(always)]
+        unsafe fn exp(self) -> Self {
+            let x = self.0;
+            let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(-87.0));
+            let xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0)), _mm512_set1_ps(88.0));
+            let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
+                xc,
+                _mm512_set1_ps(LOG2E),
+            ));
+            let f = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), xc);
+            let f = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), f);
+            let mut p = _mm512_setzero_ps();
+            for c in EXP_POLY {
+                p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c));
+            }
+            let exponent = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+            let scale = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(exponent));
+            F32x16(_mm512_maskz_mul_ps(keep, p, scale))
+        }
+    }
+}

@@ -66,6 +66,14 @@ pub struct Scratch {
     v_tile: Vec<f32>,
 }
 
+/// A row stride of at least `n` f32s that is an odd number of 64-byte lines. Rows a multiple of
+/// 512 bytes apart (d = 128, 128 query rows) all map to a few L1 sets, so a 16 KiB panel of
+/// them would not stay in L1; an odd line count spreads them over every set.
+pub fn spread_stride(n: usize) -> usize {
+    let lines = n.div_ceil(16);
+    (lines | 1) * 16
+}
+
 fn reset(buf: &mut Vec<f32>, len: usize, value: f32) {
     buf.clear();
     buf.resize(len, value);
@@ -110,15 +118,19 @@ impl<T: Element> Inputs<'_, T> {
         };
         let n = at.j1 - at.j0;
         let rows = &src[start..start + (n - 1) * view.row_stride + d];
-        if T::IS_F32 {
-            return (rows.as_ptr().cast(), view.row_stride);
+        // Copied (and widened) even for f32: rows of a (b, s, h, d) tensor lie h·d elements
+        // apart, often a multiple of 4 KiB, and reading them in place costs the products cache
+        // set conflicts and a new page per row; the copy costs 1/rows of the products.
+        let stride = spread_stride(d);
+        // Every element read later is overwritten below: grow, never clear.
+        if scratch.len() < n * stride {
+            scratch.resize(n * stride, 0.0);
         }
-        reset(scratch, n * d, 0.0);
-        for (r, dst) in scratch.chunks_exact_mut(d).enumerate() {
+        for (r, dst) in scratch[..n * stride].chunks_exact_mut(stride).enumerate() {
             // SAFETY: features per the caller.
-            unsafe { widen::<T, V>(&rows[r * view.row_stride..][..d], dst) };
+            unsafe { widen::<T, V>(&rows[r * view.row_stride..][..d], &mut dst[..d]) };
         }
-        (scratch.as_ptr(), d)
+        (scratch.as_ptr(), stride)
     }
 }
 
@@ -142,8 +154,10 @@ pub unsafe fn run<T: Element, K: Blocking>(inp: &Inputs<'_, T>, id: BlockId, s: 
     let d = call.head_dim;
     let seq = call.seqs.get(id.b);
     let rows = id.rows(call);
-    // The transposed queries are the vector operand of the scores: whole 8-lane vectors.
-    let ld = rows.next_multiple_of(8);
+    // The transposed queries are the vector operand of the scores: whole 8-lane vectors, and
+    // a stride that keeps panels in L1.
+    let cols = rows.next_multiple_of(8);
+    let ld = spread_stride(cols);
 
     // Qᵀ (d × ld), pre-multiplied by the softmax scale; padding columns stay 0.
     reset(&mut s.q_t, d * ld, 0.0);
@@ -188,10 +202,10 @@ pub unsafe fn run<T: Element, K: Blocking>(inp: &Inputs<'_, T>, id: BlockId, s: 
         // and the k/v tiles `kv_tile` returns (n rows of d at their row stride).
         unsafe {
             let (k_ptr, k_stride) = inp.kv_tile::<K::T>(Kv::K, &mut s.k_tile, at);
-            // Sᵀ (n × ld) = K (n × d) · Qᵀ (d × ld).
+            // Sᵀ (n × cols) = K (n × d) · Qᵀ (d × cols).
             matmul::<K>(
                 n,
-                ld,
+                cols,
                 d,
                 Strided { ptr: k_ptr, row_stride: k_stride, col_stride: 1 },
                 Rows { ptr: s.q_t.as_ptr(), row_stride: ld },
@@ -199,7 +213,7 @@ pub unsafe fn run<T: Element, K: Blocking>(inp: &Inputs<'_, T>, id: BlockId, s: 
                 false,
             );
             logits.apply_transposed(&mut s.scores_t, ld, rows, j0, n);
-            softmax_tile::<K>(&mut s.scores_t, n, ld, &mut s.row_max, &mut s.row_sum, &mut s.correction);
+            softmax_tile::<K>(&mut s.scores_t, n, cols, ld, &mut s.row_max, &mut s.row_sum, &mut s.correction);
             for (r, &c) in s.correction[..rows].iter().enumerate() {
                 if c != 1.0 {
                     s.acc[r * d..(r + 1) * d].iter_mut().for_each(|x| *x *= c);
@@ -221,22 +235,24 @@ pub unsafe fn run<T: Element, K: Blocking>(inp: &Inputs<'_, T>, id: BlockId, s: 
     }
 }
 
-/// The online-softmax step of a tile of transposed scores (`n` keys × `ld` rows): updates each
+/// The online-softmax step of a tile of transposed scores (`n` keys × `cols` rows, row stride
+/// `ld`): updates each
 /// row's running max and sum, replaces the scores by `e^(s - max)`, and leaves in `correction`
 /// the factor the row's accumulated output must be scaled by.
 ///
 /// # Safety
 /// The CPU must have the features of `K`'s vectors.
 #[inline(always)]
-unsafe fn softmax_tile<K: Blocking>(st: &mut [f32], n: usize, ld: usize, row_max: &mut [f32], row_sum: &mut [f32], correction: &mut [f32]) {
+unsafe fn softmax_tile<K: Blocking>(st: &mut [f32], n: usize, cols: usize, ld: usize, row_max: &mut [f32], row_sum: &mut [f32], correction: &mut [f32]) {
     let mut c = 0;
-    // SAFETY: every column chunk lies inside `ld` (a multiple of 8), and `st` holds n × ld.
+    // SAFETY: every column chunk lies inside `cols` (a multiple of 8, at most `ld`), and `st`
+    // holds n × ld.
     unsafe {
-        while c + K::V::LANES <= ld {
+        while c + K::V::LANES <= cols {
             softmax_lanes::<K::V>(st, n, ld, c, row_max, row_sum, correction);
             c += K::V::LANES;
         }
-        while c < ld {
+        while c < cols {
             softmax_lanes::<K::T>(st, n, ld, c, row_max, row_sum, correction);
             c += K::T::LANES;
         }

@@ -4,8 +4,6 @@ use super::simd::Vector;
 use half::{bf16, f16};
 
 pub trait Element: Copy + Send + Sync + 'static {
-    /// True when the element is f32 and tiles can be read in place without conversion.
-    const IS_F32: bool;
     fn to_f32(self) -> f32;
     fn from_f32(x: f32) -> Self;
     /// `V::LANES` elements at `p`, widened to f32.
@@ -16,7 +14,6 @@ pub trait Element: Copy + Send + Sync + 'static {
 }
 
 impl Element for f32 {
-    const IS_F32: bool = true;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         self
@@ -33,7 +30,6 @@ impl Element for f32 {
 }
 
 impl Element for f16 {
-    const IS_F32: bool = false;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         f16::to_f32(self)
@@ -50,7 +46,6 @@ impl Element for f16 {
 }
 
 impl Element for bf16 {
-    const IS_F32: bool = false;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         bf16::to_f32(self)

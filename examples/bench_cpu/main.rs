@@ -1,0 +1,94 @@
+//! One CPU measurement per invocation, for `scripts/bench_cpu_vs_torch.py` (which interleaves it
+//! with PyTorch, shape by shape) and for a quick look by hand. Threads: `RAYON_NUM_THREADS`.
+//!
+//! - `prefill --dtype f32 --seq 1024 --causal 1 [--heads 16 --dim 128 --runs 5]`: our median ms.
+//! - `decode --dtype f32 --seq 32768 [--heads 32 --heads-k 8 --dim 128 --batch 1 --runs 5]`: our
+//!   and naive attention's median ms (k/v heads repeated as models do), K/V GB/s of ours.
+//! - `machine`: one thread's f32 FMA peak (GFLOP/s, the kernel's best instruction set) and the
+//!   read bandwidth (GB/s) with the pool's threads.
+//!
+//! Each prints one line `key=value ...`.
+
+#[path = "../bench/naive.rs"]
+#[allow(dead_code)]
+mod naive;
+mod peak;
+
+use candle::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::time::Instant;
+
+fn median_ms(runs: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut times: Vec<f64> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+struct Args(HashMap<String, String>);
+
+impl Args {
+    fn get(&self, key: &str, default: usize) -> usize {
+        self.0.get(key).map_or(default, |v| v.parse().unwrap_or_else(|_| panic!("--{key} takes a number")))
+    }
+    fn dtype(&self) -> DType {
+        match self.0.get("dtype").map_or("f32", String::as_str) {
+            "f32" => DType::F32,
+            "bf16" => DType::BF16,
+            "f16" => DType::F16,
+            other => panic!("unknown dtype {other}"),
+        }
+    }
+}
+
+fn randn(dims: &[usize], dtype: DType) -> candle::Result<Tensor> {
+    Tensor::randn(0f32, 1.0, dims, &Device::Cpu)?.to_dtype(dtype)
+}
+
+fn main() -> candle::Result<()> {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mode = argv.first().cloned().unwrap_or_default();
+    let pairs = argv[1.min(argv.len())..].chunks(2).map(|p| (p[0].trim_start_matches("--").to_string(), p.get(1).cloned().unwrap_or_default()));
+    let args = Args(pairs.collect());
+    let (runs, dtype, d) = (args.get("runs", 5), args.dtype(), args.get("dim", 128));
+    let threads = rayon::current_num_threads();
+    match mode.as_str() {
+        "prefill" => {
+            let (s, h, causal) = (args.get("seq", 1024), args.get("heads", 16), args.get("causal", 0) == 1);
+            let (q, k, v) = (randn(&[1, s, h, d], dtype)?, randn(&[1, s, h, d], dtype)?, randn(&[1, s, h, d], dtype)?);
+            let scale = 1.0 / (d as f32).sqrt();
+            let ms = median_ms(runs, || drop(flash_attn_rocm::flash_attn(&q, &k, &v, scale, causal).unwrap()));
+            println!("mode=prefill threads={threads} dtype={dtype:?} seq={s} causal={causal} ours_ms={ms:.3}");
+        }
+        "decode" => {
+            let (s_k, h, h_k, b) = (args.get("seq", 32768), args.get("heads", 32), args.get("heads-k", 8), args.get("batch", 1));
+            let (q, k, v) = (randn(&[b, 1, h, d], dtype)?, randn(&[b, s_k, h_k, d], dtype)?, randn(&[b, s_k, h_k, d], dtype)?);
+            let scale = 1.0 / (d as f32).sqrt();
+            let ours = median_ms(runs, || drop(flash_attn_rocm::flash_attn(&q, &k, &v, scale, true).unwrap()));
+            // Naive attention as models write it for GQA: k/v heads repeated to the query heads.
+            let repeat = |t: &Tensor| -> candle::Result<Tensor> {
+                t.unsqueeze(3)?.repeat((1, 1, 1, h / h_k, 1))?.reshape((b, s_k, h, d))
+            };
+            let naive = median_ms(runs, || {
+                let (k, v) = (repeat(&k).unwrap(), repeat(&v).unwrap());
+                drop(naive::attention(&q, &k, &v, scale as f64, true).unwrap())
+            });
+            let kv_bytes = 2 * b * s_k * h_k * d * dtype.size_in_bytes();
+            let gbs = kv_bytes as f64 / (ours * 1e-3) / 1e9;
+            println!("mode=decode threads={threads} dtype={dtype:?} seq={s_k} batch={b} ours_ms={ours:.4} naive_ms={naive:.4} kv_gbs={gbs:.2}");
+        }
+        "machine" => {
+            let (name, gflops) = peak::fma_peak_one_thread();
+            let read = peak::read_bandwidth_gbs();
+            println!("mode=machine threads={threads} isa={name} fma_peak_gflops_1t={gflops:.1} read_gbs={read:.2}");
+        }
+        other => panic!("unknown mode {other:?}: prefill, decode or machine (see the doc comment)"),
+    }
+    Ok(())
+}

@@ -3,7 +3,7 @@
 //!
 //! - `prefill --dtype f32 --seq 1024 --causal 1 [--heads 16 --dim 128 --runs 5]`: our median ms.
 //! - `decode --dtype f32 --seq 32768 [--heads 32 --heads-k 8 --dim 128 --batch 1 --runs 5]`: our
-//!   and naive attention's median ms (k/v heads repeated as models do), K/V GB/s of ours.
+//!   and naive attention's median ms (`--naive 0` skips it) (k/v heads repeated as models do), K/V GB/s of ours.
 //! - `machine`: one thread's f32 FMA peak (GFLOP/s, the kernel's best instruction set) and the
 //!   read bandwidth (GB/s) with the pool's threads.
 //!
@@ -75,10 +75,10 @@ fn main() -> candle::Result<()> {
             let repeat = |t: &Tensor| -> candle::Result<Tensor> {
                 t.unsqueeze(3)?.repeat((1, 1, 1, h / h_k, 1))?.reshape((b, s_k, h, d))
             };
-            let naive = median_ms(runs, || {
+            let naive = if args.get("naive", 1) == 0 { f64::NAN } else { median_ms(runs, || {
                 let (k, v) = (repeat(&k).unwrap(), repeat(&v).unwrap());
                 drop(naive::attention(&q, &k, &v, scale as f64, true).unwrap())
-            });
+            }) };
             let kv_bytes = 2 * b * s_k * h_k * d * dtype.size_in_bytes();
             let gbs = kv_bytes as f64 / (ours * 1e-3) / 1e9;
             println!("mode=decode threads={threads} dtype={dtype:?} seq={s_k} batch={b} ours_ms={ours:.4} naive_ms={naive:.4} kv_gbs={gbs:.2}");

@@ -17,13 +17,19 @@ use crate::params::AttnCall;
 pub const BLOCK_ROWS: usize = 128;
 /// Keys per tile.
 pub const BLOCK_N: usize = 128;
+/// Keys per tile in blocks of several k/v heads.
+const PACKED_TILE_KEYS: usize = 32;
 
-/// Which rows and keys a block covers. Row `r` is query position `pos0 + r / group` of head
-/// `hk * group + r % group`.
+/// Which rows and keys a block covers: the query heads of k/v heads `hk0..hk0 + heads` at
+/// positions `pos0..pos0 + positions`, against the keys `keys`. Each k/v head owns `head_cols`
+/// rows (a multiple of 8, the vector width of the scores' product): its `head_rows` live rows
+/// (position-major, then the heads of its GQA group), then dead padding rows that are computed
+/// on zero queries and never written.
 #[derive(Debug, Clone, Copy)]
 pub struct BlockId {
     pub b: usize,
-    pub hk: usize,
+    pub hk0: usize,
+    pub heads: usize,
     pub pos0: usize,
     pub positions: usize,
     /// The keys of this split, `[lo, hi)`; `(0, usize::MAX)` for all of them.
@@ -31,14 +37,25 @@ pub struct BlockId {
 }
 
 impl BlockId {
-    pub fn rows(&self, call: &AttnCall) -> usize {
+    /// Live rows per k/v head.
+    pub fn head_rows(&self, call: &AttnCall) -> usize {
         self.positions * call.group_size()
     }
 
-    /// Query position and head of row `r`.
-    pub fn row(&self, call: &AttnCall, r: usize) -> (usize, usize) {
+    pub fn head_cols(&self, call: &AttnCall) -> usize {
+        self.head_rows(call).next_multiple_of(8)
+    }
+
+    /// All rows, dead ones included: the height of the block's output buffer.
+    pub fn rows(&self, call: &AttnCall) -> usize {
+        self.heads * self.head_cols(call)
+    }
+
+    /// Query position and head of row `r`; `None` for a dead row.
+    pub fn row(&self, call: &AttnCall, r: usize) -> Option<(usize, usize)> {
         let g = call.group_size();
-        (self.pos0 + r / g, self.hk * g + r % g)
+        let (head, local) = (r / self.head_cols(call), r % self.head_cols(call));
+        (local < self.head_rows(call)).then(|| (self.pos0 + local / g, (self.hk0 + head) * g + local % g))
     }
 }
 
@@ -95,14 +112,30 @@ struct TileAt {
     j1: usize,
 }
 
+/// Where `kv_tiles` left a tile: row `r` of k/v head `hk0 + head` at
+/// `ptr[head * head_stride + r * row_stride]`.
+#[derive(Clone, Copy)]
+struct KvTiles {
+    ptr: *const f32,
+    row_stride: usize,
+    head_stride: usize,
+}
+
+impl KvTiles {
+    fn head(&self, head: usize) -> (*const f32, usize) {
+        (self.ptr.wrapping_add(head * self.head_stride), self.row_stride)
+    }
+}
+
 impl<T: Element> Inputs<'_, T> {
-    /// Rows `[j0, j1)` of k or v as an f32 matrix: in place for f32 inputs, else widened into
-    /// `scratch`. Returns the pointer and row stride.
+    /// Keys `[j0, j1)` of k or v for the k/v heads `at.hk..at.hk + heads`, as f32 matrices:
+    /// copied (widened if need be) into `scratch`, or, for one head of f32 input and
+    /// `copy == false`, in place.
     ///
     /// # Safety
     /// The CPU must have `V`'s features.
     #[inline(always)]
-    unsafe fn kv_tile<V: Vector>(&self, which: Kv, scratch: &mut Vec<f32>, at: TileAt) -> (*const f32, usize) {
+    unsafe fn kv_tiles<V: Vector>(&self, which: Kv, scratch: &mut Vec<f32>, at: TileAt, heads: usize, copy: bool) -> KvTiles {
         let call = self.call;
         let (src, view) = match which {
             Kv::K => (self.k, call.k),
@@ -117,27 +150,63 @@ impl<T: Element> Inputs<'_, T> {
             None => view.at(at.b, at.k_start + at.j0, at.hk),
         };
         let n = at.j1 - at.j0;
-        let rows = &src[start..start + (n - 1) * view.row_stride + d];
+        let rows = &src[start..start + (n - 1) * view.row_stride + (heads - 1) * view.head_stride + d];
+        let row = |r: usize, head: usize| &rows[r * view.row_stride + head * view.head_stride..][..d];
+        if T::IS_F32 && !copy && heads == 1 {
+            return KvTiles { ptr: rows.as_ptr().cast(), row_stride: view.row_stride, head_stride: 0 };
+        }
         // Copied (and widened) even for f32: rows of a (b, s, h, d) tensor lie h·d elements
         // apart, often a multiple of 4 KiB, and reading them in place costs the products cache
-        // set conflicts and a new page per row; the copy costs 1/rows of the products.
+        // set conflicts and a new page per row; the copy costs 1/rows of the products. Keys
+        // outer, heads inner: one key's k/v heads are contiguous, so several heads read memory
+        // in order.
         let stride = spread_stride(d);
+        let head_stride = n * stride;
         // Every element read later is overwritten below: grow, never clear.
-        if scratch.len() < n * stride {
-            scratch.resize(n * stride, 0.0);
+        if scratch.len() < heads * head_stride {
+            scratch.resize(heads * head_stride, 0.0);
         }
-        for (r, dst) in scratch[..n * stride].chunks_exact_mut(stride).enumerate() {
-            // SAFETY: features per the caller.
-            unsafe { widen::<T, V>(&rows[r * view.row_stride..][..d], &mut dst[..d]) };
+        // The hardware prefetchers do not follow rows a page apart: the copy asks for the
+        // rows PREFETCH_ROWS ahead itself.
+        let prefetch_key = |r: usize| (0..heads).for_each(|head| prefetch(row(r, head)));
+        (0..PREFETCH_ROWS.min(n)).for_each(prefetch_key);
+        for r in 0..n {
+            if r + PREFETCH_ROWS < n {
+                prefetch_key(r + PREFETCH_ROWS);
+            }
+            for head in 0..heads {
+                let dst = &mut scratch[head * head_stride + r * stride..][..d];
+                // SAFETY: features per the caller.
+                unsafe { widen::<T, V>(row(r, head), dst) };
+            }
         }
-        (scratch.as_ptr(), stride)
+        KvTiles { ptr: scratch.as_ptr(), row_stride: stride, head_stride }
     }
 }
 
-/// End (exclusive) of the key tile starting at `j0`: at most `BLOCK_N` keys, never past `hi`,
+/// How far ahead (in rows) the K/V copy prefetches: enough bytes in flight to cover memory
+/// latency at one core's share of the bandwidth.
+const PREFETCH_ROWS: usize = 16;
+
+/// Asks the CPU to bring `data` into L1 ahead of its use (no effect off x86-64).
+#[inline(always)]
+fn prefetch<T>(data: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (start, bytes) = (data.as_ptr().cast::<i8>(), std::mem::size_of_val(data));
+        for offset in (0..bytes).step_by(64) {
+            // SAFETY: a prefetch never faults, and the address lies inside `data`.
+            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(start.add(offset)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = data;
+}
+
+/// End (exclusive) of the key tile starting at `j0`: at most `max_keys` keys, never past `hi`,
 /// never across a page boundary.
-fn tile_end(call: &AttnCall, j0: usize, hi: usize) -> usize {
-    let end = (j0 + BLOCK_N).min(hi);
+fn tile_end(call: &AttnCall, j0: usize, hi: usize, max_keys: usize) -> usize {
+    let end = (j0 + max_keys).min(hi);
     match &call.seqs.paging {
         Some(p) => end.min((j0 / p.page_block_size + 1) * p.page_block_size),
         None => end,
@@ -154,21 +223,27 @@ pub unsafe fn run<T: Element, K: Blocking>(inp: &Inputs<'_, T>, id: BlockId, s: 
     let d = call.head_dim;
     let seq = call.seqs.get(id.b);
     let rows = id.rows(call);
-    // The transposed queries are the vector operand of the scores: whole 8-lane vectors, and
-    // a stride that keeps panels in L1.
-    let cols = rows.next_multiple_of(8);
-    let ld = spread_stride(cols);
+    let (head_rows, head_cols) = (id.head_rows(call), id.head_cols(call));
+    // The transposed queries are the vector operand of the scores; a stride that keeps their
+    // panels in L1.
+    let ld = spread_stride(rows);
 
-    // Qᵀ (d × ld), pre-multiplied by the softmax scale; padding columns stay 0.
+    // Qᵀ (d × ld), pre-multiplied by the softmax scale; dead rows stay 0. Dead rows borrow the
+    // position and head of their k/v head's last live row, so they change no mask or span.
     reset(&mut s.q_t, d * ld, 0.0);
     let mut positions = Vec::with_capacity(rows);
     let mut heads = Vec::with_capacity(rows);
     for r in 0..rows {
-        let (pos, h) = id.row(call, r);
-        let at = call.q.at(id.b, seq.q_start + pos, h);
-        for (kk, x) in inp.q[at..at + d].iter().enumerate() {
-            s.q_t[kk * ld + r] = x.to_f32() * call.softmax_scale;
-        }
+        let (pos, h) = match id.row(call, r) {
+            Some((pos, h)) => {
+                let at = call.q.at(id.b, seq.q_start + pos, h);
+                for (kk, x) in inp.q[at..at + d].iter().enumerate() {
+                    s.q_t[kk * ld + r] = x.to_f32() * call.softmax_scale;
+                }
+                (pos, h)
+            }
+            None => id.row(call, r - r % head_cols + head_rows - 1).expect("a k/v head has a live row"),
+        };
         positions.push(pos);
         heads.push(h);
     }
@@ -190,46 +265,63 @@ pub unsafe fn run<T: Element, K: Blocking>(inp: &Inputs<'_, T>, id: BlockId, s: 
     reset(&mut s.correction, ld, 1.0);
     reset(&mut s.scores_t, BLOCK_N * ld, 0.0);
 
+    // Few rows per k/v head (decode): each k/v row is used a few times only, and f32 rows are
+    // read in place; their strides hurt only panels that many rows reuse, which a copy fixes.
+    let copy = head_rows > 16;
+    // Blocks of several k/v heads copy each tile for all of them: shorter tiles keep those
+    // copies in L2.
+    let tile_keys = if id.heads > 1 { PACKED_TILE_KEYS } else { BLOCK_N };
     let (span_lo, span_hi) = ranges.span();
     let (lo, hi) = (span_lo.max(id.keys.0), span_hi.min(id.keys.1));
     let mut j0 = lo;
     while j0 < hi {
-        let j1 = tile_end(call, j0, hi);
+        let j1 = tile_end(call, j0, hi, tile_keys);
         let n = j1 - j0;
-        let at = TileAt { b: id.b, hk: id.hk, k_start: seq.k_start, j0, j1 };
         // SAFETY (whole loop body): features per the caller; the matrices passed to `matmul`
-        // are the scratch buffers sized above (q_t d × ld, scores_t BLOCK_N × ld, acc rows × d)
-        // and the k/v tiles `kv_tile` returns (n rows of d at their row stride).
+        // are the scratch buffers sized above (q_t d × ld, scores_t BLOCK_N × ld, acc rows × d,
+        // each k/v head at its column or row offset `head * head_cols`) and the k/v tiles
+        // `kv_tile` returns (n rows of d at their row stride).
         unsafe {
-            let (k_ptr, k_stride) = inp.kv_tile::<K::T>(Kv::K, &mut s.k_tile, at);
-            // Sᵀ (n × cols) = K (n × d) · Qᵀ (d × cols).
-            matmul::<K>(
-                n,
-                cols,
-                d,
-                Strided { ptr: k_ptr, row_stride: k_stride, col_stride: 1 },
-                Rows { ptr: s.q_t.as_ptr(), row_stride: ld },
-                Rows { ptr: s.scores_t.as_mut_ptr(), row_stride: ld },
-                false,
-            );
+            // The heads of a block read slices of the same rows (one key's k/v heads are
+            // contiguous), so a tile's pages are fetched once for all of them.
+            let at = TileAt { b: id.b, hk: id.hk0, k_start: seq.k_start, j0, j1 };
+            let k_tiles = inp.kv_tiles::<K::T>(Kv::K, &mut s.k_tile, at, id.heads, copy);
+            for head in 0..id.heads {
+                let (k_ptr, k_stride) = k_tiles.head(head);
+                let col = head * head_cols;
+                // Sᵀ (n × head_cols) = K (n × d) · Qᵀ (d × head_cols), this head's columns.
+                matmul::<K>(
+                    n,
+                    head_cols,
+                    d,
+                    Strided { ptr: k_ptr, row_stride: k_stride, col_stride: 1 },
+                    Rows { ptr: s.q_t.as_ptr().add(col), row_stride: ld },
+                    Rows { ptr: s.scores_t.as_mut_ptr().add(col), row_stride: ld },
+                    false,
+                );
+            }
             logits.apply_transposed(&mut s.scores_t, ld, rows, j0, n);
-            softmax_tile::<K>(&mut s.scores_t, n, cols, ld, &mut s.row_max, &mut s.row_sum, &mut s.correction);
+            softmax_tile::<K>(&mut s.scores_t, n, rows, ld, &mut s.row_max, &mut s.row_sum, &mut s.correction);
             for (r, &c) in s.correction[..rows].iter().enumerate() {
                 if c != 1.0 {
                     s.acc[r * d..(r + 1) * d].iter_mut().for_each(|x| *x *= c);
                 }
             }
-            let (v_ptr, v_stride) = inp.kv_tile::<K::T>(Kv::V, &mut s.v_tile, at);
-            // O (rows × d) += P (rows × n) · V (n × d), P read from Pᵀ.
-            matmul::<K>(
-                rows,
-                d,
-                n,
-                Strided { ptr: s.scores_t.as_ptr(), row_stride: 1, col_stride: ld },
-                Rows { ptr: v_ptr, row_stride: v_stride },
-                Rows { ptr: s.acc.as_mut_ptr(), row_stride: d },
-                true,
-            );
+            let v_tiles = inp.kv_tiles::<K::T>(Kv::V, &mut s.v_tile, at, id.heads, copy);
+            for head in 0..id.heads {
+                let (v_ptr, v_stride) = v_tiles.head(head);
+                let row = head * head_cols;
+                // O (head_rows × d) += P (head_rows × n) · V (n × d), P read from Pᵀ.
+                matmul::<K>(
+                    head_rows,
+                    d,
+                    n,
+                    Strided { ptr: s.scores_t.as_ptr().add(row), row_stride: 1, col_stride: ld },
+                    Rows { ptr: v_ptr, row_stride: v_stride },
+                    Rows { ptr: s.acc.as_mut_ptr().add(row * d), row_stride: d },
+                    true,
+                );
+            }
         }
         j0 = j1;
     }

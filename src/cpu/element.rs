@@ -4,6 +4,8 @@ use super::simd::Vector;
 use half::{bf16, f16};
 
 pub trait Element: Copy + Send + Sync + 'static {
+    /// True for f32, whose K/V rows the products can read in place.
+    const IS_F32: bool;
     fn to_f32(self) -> f32;
     fn from_f32(x: f32) -> Self;
     /// `V::LANES` elements at `p`, widened to f32.
@@ -14,6 +16,7 @@ pub trait Element: Copy + Send + Sync + 'static {
 }
 
 impl Element for f32 {
+    const IS_F32: bool = true;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         self
@@ -30,6 +33,7 @@ impl Element for f32 {
 }
 
 impl Element for f16 {
+    const IS_F32: bool = false;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         f16::to_f32(self)
@@ -46,6 +50,7 @@ impl Element for f16 {
 }
 
 impl Element for bf16 {
+    const IS_F32: bool = false;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         bf16::to_f32(self)

@@ -249,7 +249,7 @@ impl<T: Element> Writer<'_, T> {
         let call = self.call;
         let d = call.head_dim;
         for r in 0..item.block.rows(call) {
-            let (pos, h) = item.block.row(call, r);
+            let Some((pos, h)) = item.block.row(call, r) else { continue };
             let at = call.out_offset(item.block.b, h, pos);
             assert!(at + d <= self.out_len);
             // SAFETY: `at + d <= out_len` (checked), and no other item writes row (b, h, pos):

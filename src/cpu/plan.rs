@@ -6,12 +6,19 @@
 use super::block::{BlockId, BLOCK_N, BLOCK_ROWS};
 use crate::params::AttnCall;
 
-/// Blocks with at most this many rows may be split over their keys.
+/// Blocks with at most this many rows per k/v head (decode: the GQA group of one or a few
+/// positions) may be split over their keys.
 const SPLIT_MAX_ROWS: usize = 32;
 /// Keys per split, at least: below that a split costs more to merge than it saves.
-const SPLIT_MIN_KEYS: usize = 1024;
+const SPLIT_MIN_KEYS: usize = 512;
 /// Splitting stops once the call has this many work items.
 const TARGET_ITEMS: usize = 256;
+/// Such blocks over at least this many keys take every k/v head of their sequence (up to
+/// [`MAX_PACKED_ROWS`] rows): one key's k/v heads are contiguous, so a block then streams its
+/// K/V memory in order instead of one row slice per page. Shorter caches sit in the CPU's
+/// caches, and one block per k/v head gives more parallel work.
+const PACK_HEADS_MIN_KEYS: usize = 2048;
+const MAX_PACKED_ROWS: usize = 256;
 /// Below this many multiply-adds per product (rows × keys × head dim, summed over the items) a
 /// call runs on the calling thread.
 const SMALL_WORK: usize = 1 << 20;
@@ -36,10 +43,14 @@ impl Plan {
         let positions_per_block = (BLOCK_ROWS / g).max(1);
         let mut blocks = Vec::new();
         for (b, seq) in call.seqs.iter().enumerate() {
-            for hk in 0..call.num_heads_k {
-                for pos0 in (0..seq.q_len).step_by(positions_per_block) {
-                    let positions = positions_per_block.min(seq.q_len - pos0);
-                    blocks.push((BlockId { b, hk, pos0, positions, keys: (0, usize::MAX) }, seq.k_len));
+            for pos0 in (0..seq.q_len).step_by(positions_per_block) {
+                let positions = positions_per_block.min(seq.q_len - pos0);
+                let head_cols = (positions * g).next_multiple_of(8);
+                let pack = positions * g <= SPLIT_MAX_ROWS && seq.k_len >= PACK_HEADS_MIN_KEYS;
+                let heads = if pack { (MAX_PACKED_ROWS / head_cols).clamp(1, call.num_heads_k) } else { 1 };
+                for hk0 in (0..call.num_heads_k).step_by(heads) {
+                    let heads = heads.min(call.num_heads_k - hk0);
+                    blocks.push((BlockId { b, hk0, heads, pos0, positions, keys: (0, usize::MAX) }, seq.k_len));
                 }
             }
         }
@@ -48,7 +59,7 @@ impl Plan {
         let mut work = 0usize;
         for (block, k_len) in blocks {
             let rows = block.rows(call);
-            let splits = if rows <= SPLIT_MAX_ROWS { (k_len / SPLIT_MIN_KEYS).clamp(1, max_splits) } else { 1 };
+            let splits = if block.head_rows(call) <= SPLIT_MAX_ROWS { (k_len / SPLIT_MIN_KEYS).clamp(1, max_splits) } else { 1 };
             let chunk = k_len.div_ceil(splits).next_multiple_of(BLOCK_N);
             for split in 0..splits {
                 let keys = if splits == 1 { block.keys } else { (split * chunk, (split + 1) * chunk) };

@@ -7,8 +7,8 @@
 //! vector operand of both products, K and V rows are read in place, and the softmax runs along
 //! vector lanes (one lane per row). See `gemm.rs`.
 
-use super::element::{widen, Element};
-use super::gemm::{matmul, Blocking, Rows, Strided};
+use super::element::Element;
+use super::gemm::{Blocking, Lane};
 use super::mask::{Logits, RowRanges};
 use super::simd::Vector;
 use crate::params::AttnCall;
@@ -73,14 +73,19 @@ pub struct Inputs<'a, T> {
 /// unnormalized output rows (`rows × d`), `row_max` and `row_sum` the softmax state per row.
 #[derive(Default)]
 pub struct Scratch {
-    q_t: Vec<f32>,
-    scores_t: Vec<f32>,
+    pub q_t: Vec<f32>,
+    pub scores_t: Vec<f32>,
     pub acc: Vec<f32>,
     pub row_max: Vec<f32>,
     pub row_sum: Vec<f32>,
     correction: Vec<f32>,
-    k_tile: Vec<f32>,
-    v_tile: Vec<f32>,
+    pub k_tile: Vec<f32>,
+    pub v_tile: Vec<f32>,
+    /// The bf16 products' operands (`bf16.rs`): Qᵀ, K, V and P as pairs of bf16.
+    pub q_pairs: Vec<u16>,
+    pub k_pairs: Vec<u16>,
+    pub v_pairs: Vec<u16>,
+    pub p_pairs: Vec<u32>,
 }
 
 /// A row stride of at least `n` f32s that is an odd number of 64-byte lines. Rows a multiple of
@@ -91,57 +96,37 @@ pub fn spread_stride(n: usize) -> usize {
     (lines | 1) * 16
 }
 
-fn reset(buf: &mut Vec<f32>, len: usize, value: f32) {
+pub fn reset<E: Copy>(buf: &mut Vec<E>, len: usize, value: E) {
     buf.clear();
     buf.resize(len, value);
 }
 
 #[derive(Clone, Copy)]
-enum Kv {
+pub enum Kv {
     K,
     V,
 }
 
 /// Where a key tile sits: sequence `b`, k/v head `hk`, keys `[j0, j1)` (never across a page).
 #[derive(Clone, Copy)]
-struct TileAt {
-    b: usize,
-    hk: usize,
-    k_start: usize,
-    j0: usize,
-    j1: usize,
-}
-
-/// Where `kv_tiles` left a tile: row `r` of k/v head `hk0 + head` at
-/// `ptr[head * head_stride + r * row_stride]`.
-#[derive(Clone, Copy)]
-struct KvTiles {
-    ptr: *const f32,
-    row_stride: usize,
-    head_stride: usize,
-}
-
-impl KvTiles {
-    fn head(&self, head: usize) -> (*const f32, usize) {
-        (self.ptr.wrapping_add(head * self.head_stride), self.row_stride)
-    }
+pub struct TileAt {
+    pub b: usize,
+    pub hk: usize,
+    pub k_start: usize,
+    pub j0: usize,
+    pub j1: usize,
 }
 
 impl<T: Element> Inputs<'_, T> {
-    /// Keys `[j0, j1)` of k or v for the k/v heads `at.hk..at.hk + heads`, as f32 matrices:
-    /// copied (widened if need be) into `scratch`, or, for one head of f32 input and
-    /// `copy == false`, in place.
-    ///
-    /// # Safety
-    /// The CPU must have `V`'s features.
-    #[inline(always)]
-    unsafe fn kv_tiles<V: Vector>(&self, which: Kv, scratch: &mut Vec<f32>, at: TileAt, heads: usize, copy: bool) -> KvTiles {
+    /// The memory of keys `[j0, j1)` of k or v for the k/v heads `at.hk..at.hk + heads`: a
+    /// slice and the strides of its rows and heads (row `r` of head `head` starts at
+    /// `r * row_stride + head * head_stride`, `head_dim` elements long).
+    pub fn source_rows(&self, which: Kv, at: TileAt, heads: usize) -> (&[T], usize, usize) {
         let call = self.call;
         let (src, view) = match which {
             Kv::K => (self.k, call.k),
             Kv::V => (self.v, call.v),
         };
-        let d = call.head_dim;
         let start = match &call.seqs.paging {
             Some(paging) => {
                 let (block, slot) = paging.locate(at.b, at.j0);
@@ -150,47 +135,18 @@ impl<T: Element> Inputs<'_, T> {
             None => view.at(at.b, at.k_start + at.j0, at.hk),
         };
         let n = at.j1 - at.j0;
-        let rows = &src[start..start + (n - 1) * view.row_stride + (heads - 1) * view.head_stride + d];
-        let row = |r: usize, head: usize| &rows[r * view.row_stride + head * view.head_stride..][..d];
-        if T::IS_F32 && !copy && heads == 1 {
-            return KvTiles { ptr: rows.as_ptr().cast(), row_stride: view.row_stride, head_stride: 0 };
-        }
-        // Copied (and widened) even for f32: rows of a (b, s, h, d) tensor lie h·d elements
-        // apart, often a multiple of 4 KiB, and reading them in place costs the products cache
-        // set conflicts and a new page per row; the copy costs 1/rows of the products. Keys
-        // outer, heads inner: one key's k/v heads are contiguous, so several heads read memory
-        // in order.
-        let stride = spread_stride(d);
-        let head_stride = n * stride;
-        // Every element read later is overwritten below: grow, never clear.
-        if scratch.len() < heads * head_stride {
-            scratch.resize(heads * head_stride, 0.0);
-        }
-        // The hardware prefetchers do not follow rows a page apart: the copy asks for the
-        // rows PREFETCH_ROWS ahead itself.
-        let prefetch_key = |r: usize| (0..heads).for_each(|head| prefetch(row(r, head)));
-        (0..PREFETCH_ROWS.min(n)).for_each(prefetch_key);
-        for r in 0..n {
-            if r + PREFETCH_ROWS < n {
-                prefetch_key(r + PREFETCH_ROWS);
-            }
-            for head in 0..heads {
-                let dst = &mut scratch[head * head_stride + r * stride..][..d];
-                // SAFETY: features per the caller.
-                unsafe { widen::<T, V>(row(r, head), dst) };
-            }
-        }
-        KvTiles { ptr: scratch.as_ptr(), row_stride: stride, head_stride }
+        let len = (n - 1) * view.row_stride + (heads - 1) * view.head_stride + call.head_dim;
+        (&src[start..start + len], view.row_stride, view.head_stride)
     }
 }
 
 /// How far ahead (in rows) the K/V copy prefetches: enough bytes in flight to cover memory
 /// latency at one core's share of the bandwidth.
-const PREFETCH_ROWS: usize = 16;
+pub const PREFETCH_ROWS: usize = 16;
 
 /// Asks the CPU to bring `data` into L1 ahead of its use (no effect off x86-64).
 #[inline(always)]
-fn prefetch<T>(data: &[T]) {
+pub fn prefetch<T>(data: &[T]) {
     #[cfg(target_arch = "x86_64")]
     {
         let (start, bytes) = (data.as_ptr().cast::<i8>(), std::mem::size_of_val(data));
@@ -213,12 +169,12 @@ fn tile_end(call: &AttnCall, j0: usize, hi: usize, max_keys: usize) -> usize {
     }
 }
 
-/// Runs block `id` into `s` (see [`Scratch`]).
+/// Runs block `id` into `s` (see [`Scratch`]) with the products `P`.
 ///
 /// # Safety
-/// The CPU must have the features of `K`'s vectors.
+/// The CPU must have the features `P` is compiled for.
 #[inline(always)]
-pub unsafe fn run<T: Element, K: Blocking>(inp: &Inputs<'_, T>, id: BlockId, s: &mut Scratch) {
+pub unsafe fn run<T: Element, P: Products<T>>(inp: &Inputs<'_, T>, id: BlockId, s: &mut Scratch) {
     let call = inp.call;
     let d = call.head_dim;
     let seq = call.seqs.get(id.b);
@@ -228,18 +184,16 @@ pub unsafe fn run<T: Element, K: Blocking>(inp: &Inputs<'_, T>, id: BlockId, s: 
     // panels in L1.
     let ld = spread_stride(rows);
 
-    // Qᵀ (d × ld), pre-multiplied by the softmax scale; dead rows stay 0. Dead rows borrow the
-    // position and head of their k/v head's last live row, so they change no mask or span.
-    reset(&mut s.q_t, d * ld, 0.0);
+    // Qᵀ (d × ld) in the products' layout; dead rows stay 0. Dead rows borrow the position and
+    // head of their k/v head's last live row, so they change no mask or span.
+    P::clear_queries(s, d, ld);
     let mut positions = Vec::with_capacity(rows);
     let mut heads = Vec::with_capacity(rows);
     for r in 0..rows {
         let (pos, h) = match id.row(call, r) {
             Some((pos, h)) => {
                 let at = call.q.at(id.b, seq.q_start + pos, h);
-                for (kk, x) in inp.q[at..at + d].iter().enumerate() {
-                    s.q_t[kk * ld + r] = x.to_f32() * call.softmax_scale;
-                }
+                P::pack_query(s, &inp.q[at..at + d], r, ld, call.softmax_scale);
                 (pos, h)
             }
             None => id.row(call, r - r % head_cols + head_rows - 1).expect("a k/v head has a live row"),
@@ -276,55 +230,63 @@ pub unsafe fn run<T: Element, K: Blocking>(inp: &Inputs<'_, T>, id: BlockId, s: 
     let mut j0 = lo;
     while j0 < hi {
         let j1 = tile_end(call, j0, hi, tile_keys);
-        let n = j1 - j0;
-        // SAFETY (whole loop body): features per the caller; the matrices passed to `matmul`
-        // are the scratch buffers sized above (q_t d × ld, scores_t BLOCK_N × ld, acc rows × d,
-        // each k/v head at its column or row offset `head * head_cols`) and the k/v tiles
-        // `kv_tile` returns (n rows of d at their row stride).
+        let tile = Tile {
+            at: TileAt { b: id.b, hk: id.hk0, k_start: seq.k_start, j0, j1 },
+            heads: id.heads,
+            copy,
+            head_rows,
+            head_cols,
+            ld,
+        };
+        // SAFETY: features per the caller; the scratch buffers are sized above for this block.
         unsafe {
-            // The heads of a block read slices of the same rows (one key's k/v heads are
-            // contiguous), so a tile's pages are fetched once for all of them.
-            let at = TileAt { b: id.b, hk: id.hk0, k_start: seq.k_start, j0, j1 };
-            let k_tiles = inp.kv_tiles::<K::T>(Kv::K, &mut s.k_tile, at, id.heads, copy);
-            for head in 0..id.heads {
-                let (k_ptr, k_stride) = k_tiles.head(head);
-                let col = head * head_cols;
-                // Sᵀ (n × head_cols) = K (n × d) · Qᵀ (d × head_cols), this head's columns.
-                matmul::<K>(
-                    n,
-                    head_cols,
-                    d,
-                    Strided { ptr: k_ptr, row_stride: k_stride, col_stride: 1 },
-                    Rows { ptr: s.q_t.as_ptr().add(col), row_stride: ld },
-                    Rows { ptr: s.scores_t.as_mut_ptr().add(col), row_stride: ld },
-                    false,
-                );
-            }
-            logits.apply_transposed(&mut s.scores_t, ld, rows, j0, n);
-            softmax_tile::<K>(&mut s.scores_t, n, rows, ld, &mut s.row_max, &mut s.row_sum, &mut s.correction);
+            P::scores(inp, s, &tile);
+            logits.apply_transposed(&mut s.scores_t, ld, rows, j0, j1 - j0);
+            softmax_tile::<P::K>(&mut s.scores_t, j1 - j0, rows, ld, &mut s.row_max, &mut s.row_sum, &mut s.correction);
             for (r, &c) in s.correction[..rows].iter().enumerate() {
                 if c != 1.0 {
                     s.acc[r * d..(r + 1) * d].iter_mut().for_each(|x| *x *= c);
                 }
             }
-            let v_tiles = inp.kv_tiles::<K::T>(Kv::V, &mut s.v_tile, at, id.heads, copy);
-            for head in 0..id.heads {
-                let (v_ptr, v_stride) = v_tiles.head(head);
-                let row = head * head_cols;
-                // O (head_rows × d) += P (head_rows × n) · V (n × d), P read from Pᵀ.
-                matmul::<K>(
-                    head_rows,
-                    d,
-                    n,
-                    Strided { ptr: s.scores_t.as_ptr().add(row), row_stride: 1, col_stride: ld },
-                    Rows { ptr: v_ptr, row_stride: v_stride },
-                    Rows { ptr: s.acc.as_mut_ptr().add(row * d), row_stride: d },
-                    true,
-                );
-            }
+            P::outputs(inp, s, &tile);
         }
         j0 = j1;
     }
+}
+
+/// One key tile of a block, for the products: keys `at.j0..at.j1` of k/v heads
+/// `at.hk..at.hk + heads`. Head `head`'s rows sit at rows (and columns of the transposed
+/// scores) `head * head_cols..`, `head_rows` of them live; `ld` is the row stride of the
+/// transposed queries and scores.
+pub struct Tile {
+    pub at: TileAt,
+    pub heads: usize,
+    /// Copy K/V tiles rather than read f32 ones in place (see `run`).
+    pub copy: bool,
+    pub head_rows: usize,
+    pub head_cols: usize,
+    pub ld: usize,
+}
+
+impl Tile {
+    pub fn keys(&self) -> usize {
+        self.at.j1 - self.at.j0
+    }
+}
+
+/// How a block's two products are computed: in f32 on any CPU and dtype (`products.rs`), or on
+/// pairs of bf16 with AVX512-BF16 dot products (`bf16.rs`).
+pub trait Products<T: Element> {
+    /// The vectors of the softmax between the products.
+    type K: Blocking;
+    /// Zeroes the packed queries of a `d × ld` block.
+    unsafe fn clear_queries(s: &mut Scratch, d: usize, ld: usize);
+    /// Packs one query row as column `r` of Qᵀ.
+    unsafe fn pack_query(s: &mut Scratch, row: &[T], r: usize, ld: usize, scale: f32);
+    /// `s.scores_t` (keys × ld) = K · Qᵀ · scale for every head of the tile.
+    unsafe fn scores(inp: &Inputs<'_, T>, s: &mut Scratch, tile: &Tile);
+    /// `s.acc += P · V` for every head, P being the probabilities left in `s.scores_t`.
+    unsafe fn outputs(inp: &Inputs<'_, T>, s: &mut Scratch, tile: &Tile);
 }
 
 /// The online-softmax step of a tile of transposed scores (`n` keys × `cols` rows, row stride
@@ -340,13 +302,13 @@ unsafe fn softmax_tile<K: Blocking>(st: &mut [f32], n: usize, cols: usize, ld: u
     // SAFETY: every column chunk lies inside `cols` (a multiple of 8, at most `ld`), and `st`
     // holds n × ld.
     unsafe {
-        while c + K::V::LANES <= cols {
-            softmax_lanes::<K::V>(st, n, ld, c, row_max, row_sum, correction);
-            c += K::V::LANES;
+        while c + <K::V as Lane>::Acc::LANES <= cols {
+            softmax_lanes::<<K::V as Lane>::Acc>(st, n, ld, c, row_max, row_sum, correction);
+            c += <K::V as Lane>::Acc::LANES;
         }
         while c < cols {
-            softmax_lanes::<K::T>(st, n, ld, c, row_max, row_sum, correction);
-            c += K::T::LANES;
+            softmax_lanes::<<K::T as Lane>::Acc>(st, n, ld, c, row_max, row_sum, correction);
+            c += <K::T as Lane>::Acc::LANES;
         }
     }
 }

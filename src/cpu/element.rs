@@ -1,5 +1,6 @@
 //! Input element types of the CPU kernel: f32, f16 and bf16, all computed in f32.
 
+use super::block::Inputs;
 use super::simd::Vector;
 use half::{bf16, f16};
 
@@ -13,6 +14,10 @@ pub trait Element: Copy + Send + Sync + 'static {
     /// # Safety
     /// `p` must be valid for `V::LANES` elements, and the CPU must have `V`'s features.
     unsafe fn load<V: Vector>(p: *const Self) -> V;
+    /// These inputs as bf16 inputs, when they are: the bf16 products serve only those.
+    fn as_bf16<'a, 'b>(_inputs: &'b Inputs<'a, Self>) -> Option<&'b Inputs<'a, bf16>> {
+        None
+    }
 }
 
 impl Element for f32 {
@@ -63,6 +68,9 @@ impl Element for bf16 {
     unsafe fn load<V: Vector>(p: *const Self) -> V {
         // SAFETY: forwarded contract; bf16 is a transparent u16.
         unsafe { V::load_bf16(p.cast()) }
+    }
+    fn as_bf16<'a, 'b>(inputs: &'b Inputs<'a, Self>) -> Option<&'b Inputs<'a, bf16>> {
+        Some(inputs)
     }
 }
 

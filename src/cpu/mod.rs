@@ -4,11 +4,14 @@
 //! few rows, over splits of the keys. Blocks and splits depend on the shapes only, never on the
 //! thread count, so results are bit-identical for any number of threads.
 
+#[cfg(target_arch = "x86_64")]
+mod bf16;
 mod block;
 mod element;
 mod gemm;
 mod mask;
 mod plan;
+mod products;
 mod simd;
 
 use crate::params::AttnCall;
@@ -125,18 +128,32 @@ impl gemm::Blocking for Portable {
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 unsafe fn run_avx512<T: Element>(inp: &Inputs<'_, T>, item: &Item, s: &mut Scratch) {
     // SAFETY: the caller checked the features (Isa::Avx512).
-    unsafe { block::run::<T, Avx512>(inp, item.block, s) }
+    unsafe { block::run::<T, products::F32<Avx512>>(inp, item.block, s) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run_avx2<T: Element>(inp: &Inputs<'_, T>, item: &Item, s: &mut Scratch) {
     // SAFETY: the caller checked the features (Isa::Avx2).
-    unsafe { block::run::<T, Avx2>(inp, item.block, s) }
+    unsafe { block::run::<T, products::F32<Avx2>>(inp, item.block, s) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
+unsafe fn run_avx512_bf16(inp: &Inputs<'_, half::bf16>, item: &Item, s: &mut Scratch) {
+    // SAFETY: the caller checked the features (Isa::Avx512Bf16).
+    unsafe { block::run::<half::bf16, bf16::Bf16Products>(inp, item.block, s) }
 }
 
 fn run_block<T: Element>(isa: Isa, inp: &Inputs<'_, T>, item: &Item, s: &mut Scratch) {
     match isa {
+        // SAFETY: `Isa::detect` found the features this entry point is compiled for.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Bf16 => match T::as_bf16(inp) {
+            Some(inp) => unsafe { run_avx512_bf16(inp, item, s) },
+            // SAFETY: as above (Avx512Bf16 includes Avx512).
+            None => unsafe { run_avx512(inp, item, s) },
+        },
         // SAFETY: `Isa::detect` found the features these entry points are compiled for.
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe { run_avx512(inp, item, s) },
@@ -144,7 +161,7 @@ fn run_block<T: Element>(isa: Isa, inp: &Inputs<'_, T>, item: &Item, s: &mut Scr
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => unsafe { run_avx2(inp, item, s) },
         // SAFETY: plain Rust vectors need no CPU feature.
-        _ => unsafe { block::run::<T, Portable>(inp, item.block, s) },
+        _ => unsafe { block::run::<T, products::F32<Portable>>(inp, item.block, s) },
     }
 }
 

@@ -13,6 +13,9 @@ const SPLIT_MAX_ROWS: usize = 32;
 const SPLIT_MIN_KEYS: usize = 512;
 /// Splitting stops once the call has this many work items.
 const TARGET_ITEMS: usize = 256;
+/// Packing k/v heads into one block stops short of leaving fewer items than this (enough for
+/// a many-core CPU; the plan must not depend on the thread count).
+const MIN_ITEMS: usize = 64;
 /// Such blocks over at least this many keys take every k/v head of their sequence (up to
 /// [`MAX_PACKED_ROWS`] rows): one key's k/v heads are contiguous, so a block then streams its
 /// K/V memory in order instead of one row slice per page. Shorter caches sit in the CPU's
@@ -47,7 +50,12 @@ impl Plan {
                 let positions = positions_per_block.min(seq.q_len - pos0);
                 let head_cols = (positions * g).next_multiple_of(8);
                 let pack = positions * g <= SPLIT_MAX_ROWS && seq.k_len >= PACK_HEADS_MIN_KEYS;
-                let heads = if pack { (MAX_PACKED_ROWS / head_cols).clamp(1, call.num_heads_k) } else { 1 };
+                let mut heads = if pack { (MAX_PACKED_ROWS / head_cols).clamp(1, call.num_heads_k) } else { 1 };
+                // Fewer heads per block while the call would have too few items to share out.
+                let splits = (seq.k_len / SPLIT_MIN_KEYS).max(1);
+                while heads > 1 && call.seqs.len() * call.num_heads_k.div_ceil(heads) * splits < MIN_ITEMS {
+                    heads = heads.div_ceil(2);
+                }
                 for hk0 in (0..call.num_heads_k).step_by(heads) {
                     let heads = heads.min(call.num_heads_k - hk0);
                     blocks.push((BlockId { b, hk0, heads, pos0, positions, keys: (0, usize::MAX) }, seq.k_len));

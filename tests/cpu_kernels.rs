@@ -1,4 +1,4 @@
-//! Every instruction set of the CPU kernel (AVX-512 with bf16 products, AVX-512, AVX2, portable;
+//! Every instruction set of the CPU kernel (AMX for bf16 prefill, AVX-512, AVX2, portable;
 //! chosen through `FLASH_ATTN_ROCM_CPU_ISA`) against the f64 reference, on the shapes that
 //! reach its special paths: decode split over the keys (batch and paged), GQA-packed prefill blocks, head dims that
 //! leave 8-lane column tails. One test only: it sets a process-wide variable.
@@ -68,7 +68,7 @@ fn check_paged_decode(dtype: DType, isa: &str, rng: &mut rand::rngs::StdRng) {
 fn every_instruction_set_matches_the_reference() {
     let mut rng = rng("every_instruction_set_matches_the_reference");
     let mut ran = Vec::new();
-    for isa in ["avx512bf16", "avx512", "avx2", "portable"] {
+    for isa in ["amx", "avx512", "avx2", "portable"] {
         std::env::set_var("FLASH_ATTN_ROCM_CPU_ISA", isa);
         let probe = randn(&mut rng, &[1, 1, 1, 8], DType::F32);
         if let Err(e) = flash_attn_rocm::flash_attn(&probe, &probe, &probe, 1.0, false) {
@@ -87,7 +87,7 @@ fn every_instruction_set_matches_the_reference() {
     std::env::set_var("FLASH_ATTN_ROCM_CPU_ISA", "sse9");
     let probe = randn(&mut rng, &[1, 1, 1, 8], DType::F32);
     let err = flash_attn_rocm::flash_attn(&probe, &probe, &probe, 1.0, false).unwrap_err();
-    assert!(err.to_string().contains("expected avx512bf16, avx512, avx2 or portable"), "{err}");
+    assert!(err.to_string().contains("expected amx, avx512, avx2 or portable"), "{err}");
     std::env::remove_var("FLASH_ATTN_ROCM_CPU_ISA");
     println!("instruction sets checked: {ran:?}");
     assert!(ran.contains(&"portable"), "the portable kernel runs everywhere");

@@ -81,11 +81,13 @@ pub struct Scratch {
     correction: Vec<f32>,
     pub k_tile: Vec<f32>,
     pub v_tile: Vec<f32>,
-    /// The bf16 products' operands (`bf16.rs`): Qᵀ, K, V and P as pairs of bf16.
+    /// The AMX products' operands (`amx.rs`): Q rows, Kᵀ and V as pairs, P rows, all bf16,
+    /// and the f32 output rows.
     pub q_pairs: Vec<u16>,
     pub k_pairs: Vec<u16>,
     pub v_pairs: Vec<u16>,
-    pub p_pairs: Vec<u32>,
+    pub p_rows: Vec<u16>,
+    pub acc_rows: Vec<f32>,
 }
 
 /// A row stride of at least `n` f32s that is an odd number of 64-byte lines. Rows a multiple of
@@ -161,7 +163,7 @@ pub fn prefetch<T>(data: &[T]) {
 
 /// End (exclusive) of the key tile starting at `j0`: at most `max_keys` keys, never past `hi`,
 /// never across a page boundary.
-fn tile_end(call: &AttnCall, j0: usize, hi: usize, max_keys: usize) -> usize {
+pub fn tile_end(call: &AttnCall, j0: usize, hi: usize, max_keys: usize) -> usize {
     let end = (j0 + max_keys).min(hi);
     match &call.seqs.paging {
         Some(p) => end.min((j0 / p.page_block_size + 1) * p.page_block_size),
@@ -184,34 +186,9 @@ pub unsafe fn run<T: Element, P: Products<T>>(inp: &Inputs<'_, T>, id: BlockId, 
     // panels in L1.
     let ld = spread_stride(rows);
 
-    // Qᵀ (d × ld) in the products' layout; dead rows stay 0. Dead rows borrow the position and
-    // head of their k/v head's last live row, so they change no mask or span.
+    // Qᵀ (d × ld) in the products' layout; dead rows stay 0.
     P::clear_queries(s, d, ld);
-    let mut positions = Vec::with_capacity(rows);
-    let mut heads = Vec::with_capacity(rows);
-    for r in 0..rows {
-        let (pos, h) = match id.row(call, r) {
-            Some((pos, h)) => {
-                let at = call.q.at(id.b, seq.q_start + pos, h);
-                P::pack_query(s, &inp.q[at..at + d], r, ld, call.softmax_scale);
-                (pos, h)
-            }
-            None => id.row(call, r - r % head_cols + head_rows - 1).expect("a k/v head has a live row"),
-        };
-        positions.push(pos);
-        heads.push(h);
-    }
-
-    let no_prefix: &[(i32, i32)] = &[];
-    let prefix = inp.prefix_ranges.map_or(no_prefix, |p| p[id.b].as_slice());
-    let ranges = RowRanges::new(call, &seq, prefix, &positions);
-    let shift = seq.k_len as i64 - seq.q_len as i64;
-    let logits = Logits {
-        softcap: call.softcap,
-        alibi_slopes: inp.alibi_slopes.map(|slopes| heads.iter().map(|&h| slopes[h]).collect()),
-        ranges: &ranges,
-        key_pos: positions.iter().map(|&i| i as i64 + shift).collect(),
-    };
+    let logits = prepare_rows(inp, id, |r, row| P::pack_query(s, row, r, ld, call.softmax_scale));
 
     reset(&mut s.acc, rows * d, 0.0);
     reset(&mut s.row_max, ld, f32::NEG_INFINITY);
@@ -225,7 +202,7 @@ pub unsafe fn run<T: Element, P: Products<T>>(inp: &Inputs<'_, T>, id: BlockId, 
     // Blocks of several k/v heads copy each tile for all of them: shorter tiles keep those
     // copies in L2.
     let tile_keys = if id.heads > 1 { PACKED_TILE_KEYS } else { BLOCK_N };
-    let (span_lo, span_hi) = ranges.span();
+    let (span_lo, span_hi) = logits.ranges.span();
     let (lo, hi) = (span_lo.max(id.keys.0), span_hi.min(id.keys.1));
     let mut j0 = lo;
     while j0 < hi {
@@ -241,7 +218,7 @@ pub unsafe fn run<T: Element, P: Products<T>>(inp: &Inputs<'_, T>, id: BlockId, 
         // SAFETY: features per the caller; the scratch buffers are sized above for this block.
         unsafe {
             P::scores(inp, s, &tile);
-            logits.apply_transposed(&mut s.scores_t, ld, rows, j0, j1 - j0);
+            logits.apply(&mut s.scores_t, ld, 1, rows, j0, j1 - j0);
             softmax_tile::<P::K>(&mut s.scores_t, j1 - j0, rows, ld, &mut s.row_max, &mut s.row_sum, &mut s.correction);
             for (r, &c) in s.correction[..rows].iter().enumerate() {
                 if c != 1.0 {
@@ -251,6 +228,38 @@ pub unsafe fn run<T: Element, P: Products<T>>(inp: &Inputs<'_, T>, id: BlockId, 
             P::outputs(inp, s, &tile);
         }
         j0 = j1;
+    }
+}
+
+/// The masks and logit transforms of block `id`'s rows; hands each live row's query (its
+/// `head_dim` elements) to `pack` with its row index. Dead rows borrow the position and head
+/// of their k/v head's last live row, so they change no mask or span.
+pub fn prepare_rows<T: Element>(inp: &Inputs<'_, T>, id: BlockId, mut pack: impl FnMut(usize, &[T])) -> Logits {
+    let call = inp.call;
+    let (d, seq, rows) = (call.head_dim, call.seqs.get(id.b), id.rows(call));
+    let (head_rows, head_cols) = (id.head_rows(call), id.head_cols(call));
+    let mut positions = Vec::with_capacity(rows);
+    let mut heads = Vec::with_capacity(rows);
+    for r in 0..rows {
+        let (pos, h) = match id.row(call, r) {
+            Some((pos, h)) => {
+                let at = call.q.at(id.b, seq.q_start + pos, h);
+                pack(r, &inp.q[at..at + d]);
+                (pos, h)
+            }
+            None => id.row(call, r - r % head_cols + head_rows - 1).expect("a k/v head has a live row"),
+        };
+        positions.push(pos);
+        heads.push(h);
+    }
+    let no_prefix: &[(i32, i32)] = &[];
+    let prefix = inp.prefix_ranges.map_or(no_prefix, |p| p[id.b].as_slice());
+    let shift = seq.k_len as i64 - seq.q_len as i64;
+    Logits {
+        softcap: call.softcap,
+        alibi_slopes: inp.alibi_slopes.map(|slopes| heads.iter().map(|&h| slopes[h]).collect()),
+        ranges: RowRanges::new(call, &seq, prefix, &positions),
+        key_pos: positions.iter().map(|&i| i as i64 + shift).collect(),
     }
 }
 
@@ -274,8 +283,8 @@ impl Tile {
     }
 }
 
-/// How a block's two products are computed: in f32 on any CPU and dtype (`products.rs`), or on
-/// pairs of bf16 with AVX512-BF16 dot products (`bf16.rs`).
+/// How a block's two products are computed (in f32 on any CPU and dtype: `products.rs`; bf16
+/// prefill blocks on AMX have their own loop, `amx.rs`).
 pub trait Products<T: Element> {
     /// The vectors of the softmax between the products.
     type K: Blocking;

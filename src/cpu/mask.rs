@@ -54,42 +54,39 @@ impl RowRanges {
     }
 }
 
-/// Transforms of the raw `q·k·scale` scores of one tile, in flash-attn's order.
-pub struct Logits<'a> {
+/// Transforms of the raw `q·k·scale` scores of one tile, in flash-attn's order, and the mask.
+pub struct Logits {
     pub softcap: Option<f32>,
     /// ALiBi slope of each row's head, if any.
     pub alibi_slopes: Option<Vec<f32>>,
-    pub ranges: &'a RowRanges,
+    pub ranges: RowRanges,
     /// Key position of each row: `i + s_k - s_q` for its query position `i`.
     pub key_pos: Vec<i64>,
 }
 
-impl Logits<'_> {
-    /// Applies softcap, ALiBi and the mask to the transposed scores `st` (key `j0 + c` of row `r`
-    /// at `st[c * ld + r]`, `n` keys, `rows` rows).
-    pub fn apply_transposed(&self, st: &mut [f32], ld: usize, rows: usize, j0: usize, n: usize) {
+impl Logits {
+    /// Applies softcap, ALiBi and the mask to a tile of scores whose score of row `r` and key
+    /// `j0 + c` sits at `scores[c * key_stride + r * row_stride]` (`n` keys, `rows` rows): the
+    /// transposed layout of the f32 products, or the row layout of the AMX ones.
+    pub fn apply(&self, scores: &mut [f32], key_stride: usize, row_stride: usize, rows: usize, j0: usize, n: usize) {
         let masked = !self.ranges.covers(j0, j0 + n);
         if self.softcap.is_none() && self.alibi_slopes.is_none() && !masked {
             return;
         }
         for c in 0..n {
             let j = j0 + c;
-            let scores = &mut st[c * ld..c * ld + rows];
-            if let Some(cap) = self.softcap {
-                // Divide, not multiply by 1 / cap: for a cap below ~2.9e-39 the reciprocal
-                // overflows to inf and a zero logit would become NaN.
-                scores.iter_mut().for_each(|s| *s = cap * (*s / cap).tanh());
-            }
-            if let Some(slopes) = &self.alibi_slopes {
-                for (r, s) in scores.iter_mut().enumerate() {
+            for r in 0..rows {
+                let s = &mut scores[c * key_stride + r * row_stride];
+                if let Some(cap) = self.softcap {
+                    // Divide, not multiply by 1 / cap: for a cap below ~2.9e-39 the reciprocal
+                    // overflows to inf and a zero logit would become NaN.
+                    *s = cap * (*s / cap).tanh();
+                }
+                if let Some(slopes) = &self.alibi_slopes {
                     *s -= slopes[r] * (self.key_pos[r] - j as i64).abs() as f32;
                 }
-            }
-            if masked {
-                for (r, s) in scores.iter_mut().enumerate() {
-                    if !self.ranges.allows(r, j) {
-                        *s = f32::NEG_INFINITY;
-                    }
+                if masked && !self.ranges.allows(r, j) {
+                    *s = f32::NEG_INFINITY;
                 }
             }
         }

@@ -5,7 +5,7 @@
 //! thread count, so results are bit-identical for any number of threads.
 
 #[cfg(target_arch = "x86_64")]
-mod bf16;
+mod amx;
 mod block;
 mod element;
 mod gemm;
@@ -139,19 +139,27 @@ unsafe fn run_avx2<T: Element>(inp: &Inputs<'_, T>, item: &Item, s: &mut Scratch
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
-unsafe fn run_avx512_bf16(inp: &Inputs<'_, half::bf16>, item: &Item, s: &mut Scratch) {
-    // SAFETY: the caller checked the features (Isa::Avx512Bf16).
-    unsafe { block::run::<half::bf16, bf16::Bf16Products>(inp, item.block, s) }
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+unsafe fn run_amx(inp: &Inputs<'_, half::bf16>, item: &Item, s: &mut Scratch) {
+    // SAFETY: the caller checked the features and AMX (Isa::Avx512Amx).
+    unsafe { amx::run(inp, item.block, s) }
+}
+
+/// AMX serves bf16 blocks of one k/v head with many rows (prefill); decode blocks are bound by
+/// memory, and the f32 kernel streams them.
+#[cfg(target_arch = "x86_64")]
+fn amx_block<'a, 'b, T: Element>(inp: &'b Inputs<'a, T>, item: &Item) -> Option<&'b Inputs<'a, half::bf16>> {
+    let many_rows = item.block.heads == 1 && item.block.head_rows(inp.call) > 16;
+    T::as_bf16(inp).filter(|_| many_rows)
 }
 
 fn run_block<T: Element>(isa: Isa, inp: &Inputs<'_, T>, item: &Item, s: &mut Scratch) {
     match isa {
         // SAFETY: `Isa::detect` found the features this entry point is compiled for.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Bf16 => match T::as_bf16(inp) {
-            Some(inp) => unsafe { run_avx512_bf16(inp, item, s) },
-            // SAFETY: as above (Avx512Bf16 includes Avx512).
+        Isa::Avx512Amx => match amx_block(inp, item) {
+            Some(inp) => unsafe { run_amx(inp, item, s) },
+            // SAFETY: as above (Avx512Amx includes Avx512).
             None => unsafe { run_avx512(inp, item, s) },
         },
         // SAFETY: `Isa::detect` found the features these entry points are compiled for.

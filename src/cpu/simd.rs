@@ -10,8 +10,9 @@
 /// What the kernel may run on this CPU, detected per call (std caches the CPU's answer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isa {
-    /// [`Isa::Avx512`] plus AVX512-BF16, BW and VL: bf16 inputs use bf16 dot products.
-    Avx512Bf16,
+    /// [`Isa::Avx512`] plus AVX512-BW and AMX-BF16 (with the OS's permission): bf16 prefill
+    /// blocks run on AMX tiles.
+    Avx512Amx,
     /// AVX-512F with AVX2, FMA and F16C (every AVX-512 CPU has them).
     Avx512,
     /// AVX2, FMA and F16C.
@@ -22,21 +23,21 @@ pub enum Isa {
 
 impl Isa {
     /// The best instruction set of this CPU, or the one `FLASH_ATTN_ROCM_CPU_ISA` names
-    /// (`avx512bf16`, `avx512`, `avx2`, `portable`: for comparisons and tests); an `Err` when the CPU lacks the
+    /// (`amx`, `avx512`, `avx2`, `portable`: for comparisons and tests); an `Err` when the CPU lacks the
     /// named one or the name is unknown.
     pub fn detect() -> Result<Isa, String> {
         let best = Self::best();
         let Ok(name) = std::env::var("FLASH_ATTN_ROCM_CPU_ISA") else { return Ok(best) };
         let wanted = match name.as_str() {
-            "avx512bf16" => Isa::Avx512Bf16,
+            "amx" => Isa::Avx512Amx,
             "avx512" => Isa::Avx512,
             "avx2" => Isa::Avx2,
             "portable" => Isa::Portable,
-            other => return Err(format!("FLASH_ATTN_ROCM_CPU_ISA={other}: expected avx512bf16, avx512, avx2 or portable")),
+            other => return Err(format!("FLASH_ATTN_ROCM_CPU_ISA={other}: expected amx, avx512, avx2 or portable")),
         };
         let available = match best {
-            Isa::Avx512Bf16 => true,
-            Isa::Avx512 => wanted != Isa::Avx512Bf16,
+            Isa::Avx512Amx => true,
+            Isa::Avx512 => wanted != Isa::Avx512Amx,
             Isa::Avx2 => matches!(wanted, Isa::Avx2 | Isa::Portable),
             Isa::Portable => wanted == Isa::Portable,
         };
@@ -54,10 +55,8 @@ impl Isa {
                 && std::is_x86_feature_detected!("fma")
                 && std::is_x86_feature_detected!("f16c");
             if avx2 && std::is_x86_feature_detected!("avx512f") {
-                let bf16 = std::is_x86_feature_detected!("avx512bf16")
-                    && std::is_x86_feature_detected!("avx512bw")
-                    && std::is_x86_feature_detected!("avx512vl");
-                return if bf16 { Isa::Avx512Bf16 } else { Isa::Avx512 };
+                let amx = std::is_x86_feature_detected!("avx512bw") && super::amx::available();
+                return if amx { Isa::Avx512Amx } else { Isa::Avx512 };
             }
             if avx2 {
                 return Isa::Avx2;
@@ -79,7 +78,6 @@ pub trait Vector: Copy {
     unsafe fn load_f16(p: *const u16) -> Self;
     /// `self * b + c`, fused.
     unsafe fn mul_add(self, b: Self, c: Self) -> Self;
-    unsafe fn mul(self, b: Self) -> Self;
     unsafe fn add(self, b: Self) -> Self;
     unsafe fn sub(self, b: Self) -> Self;
     unsafe fn max(self, b: Self) -> Self;
@@ -160,10 +158,6 @@ impl Vector for Portable8 {
         Portable8(std::array::from_fn(|i| self.0[i].mul_add(b.0[i], c.0[i])))
     }
     #[inline(always)]
-    unsafe fn mul(self, b: Self) -> Self {
-        self.zip(b, |x, y| x * y)
-    }
-    #[inline(always)]
     unsafe fn add(self, b: Self) -> Self {
         self.zip(b, |x, y| x + y)
     }
@@ -232,10 +226,6 @@ mod x86 {
             F32x8(_mm256_fmadd_ps(self.0, b.0, c.0))
         }
         #[inline(always)]
-        unsafe fn mul(self, b: Self) -> Self {
-            F32x8(_mm256_mul_ps(self.0, b.0))
-        }
-        #[inline(always)]
         unsafe fn add(self, b: Self) -> Self {
             F32x8(_mm256_add_ps(self.0, b.0))
         }
@@ -299,10 +289,6 @@ mod x86 {
         #[inline(always)]
         unsafe fn mul_add(self, b: Self, c: Self) -> Self {
             F32x16(_mm512_fmadd_ps(self.0, b.0, c.0))
-        }
-        #[inline(always)]
-        unsafe fn mul(self, b: Self) -> Self {
-            F32x16(_mm512_mul_ps(self.0, b.0))
         }
         #[inline(always)]
         unsafe fn add(self, b: Self) -> Self {

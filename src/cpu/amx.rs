@@ -1,0 +1,311 @@
+//! bf16 prefill blocks on CPUs with AMX (Intel Sapphire Rapids and later): both products on
+//! AMX tiles (`tdpbf16ps`: a 16×16 f32 tile += 16×32 bf16 · 32×16 bf16 per instruction), the
+//! softmax in AVX-512 f32 between them.
+//!
+//! - Layouts, all zero-padded to multiples of 32: Q as bf16 rows (unscaled: scaling would
+//!   round it again; the scores are scaled in f32); Kᵀ and V as pairs along the shared
+//!   dimension (`[pair][column][2]`, the layout the B tile wants); the scores and the output in
+//!   f32 rows; P as bf16 rows, rounded to nearest even as GPU flash attention does, while the
+//!   row sums stay f32.
+//! - The kernel asks Linux for the tile-data permission once per process
+//!   (`arch_prctl(ARCH_REQ_XCOMP_PERM)`); without it, or without AMX, the f32 kernel runs.
+//! - The AMX instructions are written with `asm!` (their intrinsics are not stable Rust).
+
+use super::block::{prepare_rows, reset, tile_end, BlockId, Inputs, Kv, Scratch, BLOCK_N};
+use super::simd::{exp_scalar, F32x16, Vector};
+use half::bf16;
+use std::arch::asm;
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+/// True when this CPU has AMX-BF16 and the OS lets this process use the tile data.
+pub fn available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        // CPUID leaf 7: EDX bit 22 is AMX-BF16, bit 24 AMX-TILE.
+        let edx = __cpuid_count(7, 0).edx;
+        edx & (1 << 22) != 0 && edx & (1 << 24) != 0 && request_tile_data()
+    })
+}
+
+#[cfg(target_os = "linux")]
+fn request_tile_data() -> bool {
+    const SYS_ARCH_PRCTL: isize = 158;
+    const ARCH_REQ_XCOMP_PERM: usize = 0x1023;
+    const XFEATURE_XTILEDATA: usize = 18;
+    let status: isize;
+    // SAFETY: arch_prctl(ARCH_REQ_XCOMP_PERM) only grants this process the AMX tile state; the
+    // syscall clobbers rcx and r11, declared.
+    unsafe {
+        asm!("syscall", inlateout("rax") SYS_ARCH_PRCTL => status, in("rdi") ARCH_REQ_XCOMP_PERM,
+             in("rsi") XFEATURE_XTILEDATA, lateout("rcx") _, lateout("r11") _, options(nostack));
+    }
+    status == 0
+}
+
+#[cfg(not(target_os = "linux"))]
+fn request_tile_data() -> bool {
+    false
+}
+
+/// Palette 1: tiles 0..8 of 16 rows × 64 bytes (the most a tile holds).
+#[repr(C, align(64))]
+struct TileConfig {
+    palette: u8,
+    start_row: u8,
+    reserved: [u8; 14],
+    bytes_per_row: [u16; 16],
+    rows: [u8; 16],
+}
+
+static TILES: TileConfig = TileConfig {
+    palette: 1,
+    start_row: 0,
+    reserved: [0; 14],
+    bytes_per_row: [64, 64, 64, 64, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0],
+    rows: [16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0],
+};
+
+macro_rules! tile_load {
+    ($tile:literal, $ptr:expr, $stride:expr) => {
+        asm!(concat!("tileloadd tmm", $tile, ", [{p} + {s}*1]"), p = in(reg) $ptr, s = in(reg) $stride,
+             options(nostack, readonly, preserves_flags))
+    };
+}
+
+macro_rules! tile_store {
+    ($tile:literal, $ptr:expr, $stride:expr) => {
+        asm!(concat!("tilestored [{p} + {s}*1], tmm", $tile), p = in(reg) $ptr, s = in(reg) $stride,
+             options(nostack, preserves_flags))
+    };
+}
+
+macro_rules! tile_zero {
+    ($tile:literal) => {
+        asm!(concat!("tilezero tmm", $tile), options(nostack, nomem, preserves_flags))
+    };
+}
+
+macro_rules! tile_dot {
+    ($c:literal, $a:literal, $b:literal) => {
+        asm!(concat!("tdpbf16ps tmm", $c, ", tmm", $a, ", tmm", $b), options(nostack, nomem, preserves_flags))
+    };
+}
+
+/// `C (m × n f32) [+]= A (m × k bf16 rows) · B (k/2 pair rows × n columns × 2 bf16)`, strides in
+/// bytes; `m`, `n`, `k` multiples of 32. 32×32 blocks of C in tiles 0-3, A in 4-5, B in 6-7.
+///
+/// # Safety
+/// The tile configuration must be loaded, and the buffers must hold what the shapes reach.
+unsafe fn matmul(m: usize, n: usize, k: usize, a: (*const u16, usize), b: (*const u16, usize), c: (*mut f32, usize), accumulate: bool) {
+    let ((a, lda), (b, ldb), (c, ldc)) = (a, b, c);
+    // SAFETY (whole body): every tile address lies inside the m × n, m × k and k/2 × n
+    // matrices (16 rows of 64 bytes from each block corner), per the caller.
+    unsafe {
+        for mi in (0..m).step_by(32) {
+            for nj in (0..n).step_by(32) {
+                let c00 = c.byte_add(mi * ldc + nj * 4);
+                let (c01, c10) = (c00.byte_add(64), c00.byte_add(16 * ldc));
+                let c11 = c10.byte_add(64);
+                if accumulate {
+                    tile_load!("0", c00, ldc);
+                    tile_load!("1", c01, ldc);
+                    tile_load!("2", c10, ldc);
+                    tile_load!("3", c11, ldc);
+                } else {
+                    tile_zero!("0");
+                    tile_zero!("1");
+                    tile_zero!("2");
+                    tile_zero!("3");
+                }
+                for kk in (0..k).step_by(32) {
+                    let a0 = a.byte_add(mi * lda + kk * 2);
+                    let b0 = b.byte_add(kk / 2 * ldb + nj * 4);
+                    tile_load!("4", a0, lda);
+                    tile_load!("5", a0.byte_add(16 * lda), lda);
+                    tile_load!("6", b0, ldb);
+                    tile_load!("7", b0.byte_add(64), ldb);
+                    tile_dot!("0", "4", "6");
+                    tile_dot!("1", "4", "7");
+                    tile_dot!("2", "5", "6");
+                    tile_dot!("3", "5", "7");
+                }
+                tile_store!("0", c00, ldc);
+                tile_store!("1", c01, ldc);
+                tile_store!("2", c10, ldc);
+                tile_store!("3", c11, ldc);
+            }
+        }
+    }
+}
+
+/// `rows` of bf16 as their raw bits.
+fn bits(rows: &[bf16]) -> &[u16] {
+    // SAFETY: bf16 is a transparent u16.
+    unsafe { std::slice::from_raw_parts(rows.as_ptr().cast(), rows.len()) }
+}
+
+/// `dst[2i] = a[i]`, `dst[2i + 1] = b[i]` (0 when `b` is `None`): two rows as pairs.
+#[inline(always)]
+unsafe fn interleave(a: &[u16], b: Option<&[u16]>, dst: &mut [u16]) {
+    let len = a.len();
+    assert!(dst.len() >= 2 * len && b.is_none_or(|b| b.len() >= len));
+    let mut c = 0;
+    // SAFETY (whole body): every access is below `len` in `a`/`b` and `2 * len` in `dst`
+    // (asserted); AVX512-BW per the caller.
+    unsafe {
+        let first: [i16; 32] = std::array::from_fn(|i| if i % 2 == 0 { (i / 2) as i16 } else { (32 + i / 2) as i16 });
+        let second: [i16; 32] = std::array::from_fn(|i| first[i] + 16);
+        let (first, second) = (_mm512_loadu_si512(first.as_ptr().cast()), _mm512_loadu_si512(second.as_ptr().cast()));
+        while c + 32 <= len {
+            let x = _mm512_loadu_si512(a.as_ptr().add(c).cast());
+            let y = b.map_or(_mm512_setzero_si512(), |b| _mm512_loadu_si512(b.as_ptr().add(c).cast()));
+            _mm512_storeu_si512(dst.as_mut_ptr().add(2 * c).cast(), _mm512_permutex2var_epi16(x, first, y));
+            _mm512_storeu_si512(dst.as_mut_ptr().add(2 * c + 32).cast(), _mm512_permutex2var_epi16(x, second, y));
+            c += 32;
+        }
+    }
+    for i in c..len {
+        dst[2 * i] = a[i];
+        dst[2 * i + 1] = b.map_or(0, |b| b[i]);
+    }
+}
+
+/// Kᵀ as pairs along d: `dst[(p * n32 + j) * 2 + {0, 1}] = K[j][2p + {0, 1}]` for the `n`
+/// keys (rows `stride` apart in `keys`): a transpose of 32-bit pairs, gathered 16 keys at a time.
+#[inline(always)]
+unsafe fn pack_keys(keys: &[u16], stride: usize, n: usize, d: usize, n32: usize, dst: &mut [u16]) {
+    assert!(n >= 1 && keys.len() >= (n - 1) * stride + d && dst.len() >= d * n32 && n <= n32);
+    let row_bytes = i32::try_from(2 * stride).expect("k/v row stride fits i32 bytes");
+    // SAFETY (whole body): lane l of block j0 reads key j0 + l < n only (masked), at pair
+    // p < d/2 of its row, inside `keys` (asserted); the stores write pairs p < d/2, keys < n32.
+    unsafe {
+        let offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(row_bytes));
+        for j0 in (0..n).step_by(16) {
+            let live: __mmask16 = if n - j0 >= 16 { 0xffff } else { (1u16 << (n - j0)) - 1 };
+            let base = keys.as_ptr().add(j0 * stride).cast::<u8>();
+            for p in 0..d / 2 {
+                let pairs = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), live, offsets, base.add(4 * p).cast());
+                _mm512_storeu_si512(dst.as_mut_ptr().add((p * n32 + j0) * 2).cast(), pairs);
+            }
+        }
+    }
+}
+
+/// The online-softmax step of one row of `n` scores: updates the row's max and sum, writes
+/// `e^(s - max)` rounded to bf16 into `p`, returns the factor for the row's output.
+#[inline(always)]
+unsafe fn softmax_row(scores: &[f32], p: &mut [u16], max: &mut f32, sum: &mut f32) -> f32 {
+    let n = scores.len();
+    assert!(p.len() >= n);
+    let body = n - n % 16;
+    // SAFETY (whole body): 16-lane accesses below `body`; AVX-512F per the caller.
+    unsafe {
+        let mut lanes = F32x16::splat(f32::NEG_INFINITY);
+        for c in (0..body).step_by(16) {
+            lanes = lanes.max(F32x16::load(scores.as_ptr().add(c)));
+        }
+        let tile_max = scores[body..].iter().fold(_mm512_reduce_max_ps(lanes.0), |m, &x| m.max(x));
+        let new_max = max.max(tile_max);
+        // A row that has seen no key yet keeps max -inf; shifting by 0 then gives e^-inf = 0.
+        let shift = if new_max == f32::NEG_INFINITY { 0.0 } else { new_max };
+        let mut total = F32x16::splat(0.0);
+        for c in (0..body).step_by(16) {
+            let e = F32x16::load(scores.as_ptr().add(c)).sub(F32x16::splat(shift)).exp();
+            total = total.add(e);
+            let x = _mm512_castps_si512(e.0);
+            let odd = _mm512_and_si512(_mm512_srli_epi32::<16>(x), _mm512_set1_epi32(1));
+            let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(x, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))));
+            _mm256_storeu_si256(p.as_mut_ptr().add(c).cast(), _mm512_cvtepi32_epi16(rounded));
+        }
+        let mut tail = 0.0;
+        for c in body..n {
+            let e = exp_scalar(scores[c] - shift);
+            tail += e;
+            p[c] = bf16::from_f32(e).to_bits();
+        }
+        let correction = exp_scalar(*max - shift);
+        *sum = *sum * correction + (_mm512_reduce_add_ps(total.0) + tail);
+        *max = new_max;
+        correction
+    }
+}
+
+/// Runs block `id` (one k/v head, heads == 1) into `s` like `block::run`.
+///
+/// # Safety
+/// The CPU must have AVX-512F/BW and [`available`] must be true.
+#[inline(always)]
+pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
+    let call = inp.call;
+    assert_eq!(id.heads, 1, "AMX blocks hold one k/v head");
+    let (d, seq, rows) = (call.head_dim, call.seqs.get(id.b), id.rows(call));
+    let (rows32, d32) = (rows.next_multiple_of(32), d.next_multiple_of(32));
+
+    reset(&mut s.q_pairs, rows32 * d32, 0);
+    let logits = prepare_rows(inp, id, |r, row| s.q_pairs[r * d32..][..d].copy_from_slice(bits(row)));
+    reset(&mut s.acc_rows, rows32 * d32, 0.0);
+    reset(&mut s.row_max, rows32, f32::NEG_INFINITY);
+    reset(&mut s.row_sum, rows32, 0.0);
+    reset(&mut s.scores_t, rows32 * BLOCK_N, 0.0);
+
+    // SAFETY: loads the tile configuration (a valid palette-1 layout) for this thread.
+    unsafe { asm!("ldtilecfg [{}]", in(reg) &TILES, options(nostack, readonly, preserves_flags)) };
+    let (span_lo, span_hi) = logits.ranges.span();
+    let (lo, hi) = (span_lo.max(id.keys.0), span_hi.min(id.keys.1));
+    let mut j0 = lo;
+    while j0 < hi {
+        let j1 = tile_end(call, j0, hi, BLOCK_N);
+        let at = super::block::TileAt { b: id.b, hk: id.hk0, k_start: seq.k_start, j0, j1 };
+        let (n, n32) = (j1 - j0, (j1 - j0).next_multiple_of(32));
+
+        reset(&mut s.k_pairs, d32 * n32, 0);
+        let (k_rows, k_stride, _) = inp.source_rows(Kv::K, at, 1);
+        // SAFETY: AVX-512F per the caller.
+        unsafe { pack_keys(bits(k_rows), k_stride, n, d, n32, &mut s.k_pairs) };
+        // SAFETY: tiles configured above; q_pairs is rows32 × d32, k_pairs d32/2 × n32 pairs,
+        // scores_t rows32 × BLOCK_N (n32 <= BLOCK_N).
+        unsafe {
+            matmul(rows32, n32, d32, (s.q_pairs.as_ptr(), d32 * 2), (s.k_pairs.as_ptr(), n32 * 4),
+                   (s.scores_t.as_mut_ptr(), BLOCK_N * 4), false);
+        }
+        for r in 0..rows {
+            s.scores_t[r * BLOCK_N..][..n].iter_mut().for_each(|x| *x *= call.softmax_scale);
+        }
+        logits.apply(&mut s.scores_t, 1, BLOCK_N, rows, j0, n);
+
+        reset(&mut s.p_rows, rows32 * n32, 0);
+        for r in 0..rows {
+            let scores = &s.scores_t[r * BLOCK_N..][..n];
+            // SAFETY: AVX-512F per the caller.
+            let correction = unsafe { softmax_row(scores, &mut s.p_rows[r * n32..][..n], &mut s.row_max[r], &mut s.row_sum[r]) };
+            if correction != 1.0 {
+                s.acc_rows[r * d32..][..d].iter_mut().for_each(|x| *x *= correction);
+            }
+        }
+
+        // V as pairs along the keys: v_pairs[(q * d32 + c) * 2 + {0, 1}] = V[2q + {0, 1}][c].
+        reset(&mut s.v_pairs, n32 * d32, 0);
+        let (v_rows, v_stride, _) = inp.source_rows(Kv::V, at, 1);
+        let v_rows = bits(v_rows);
+        for q in 0..n.div_ceil(2) {
+            let second = (2 * q + 1 < n).then(|| &v_rows[(2 * q + 1) * v_stride..][..d]);
+            // SAFETY: AVX-512BW per the caller.
+            unsafe { interleave(&v_rows[2 * q * v_stride..][..d], second, &mut s.v_pairs[q * d32 * 2..][..2 * d]) };
+        }
+        // SAFETY: tiles configured; p_rows is rows32 × n32, v_pairs n32/2 × d32 pairs, acc_rows
+        // rows32 × d32.
+        unsafe {
+            matmul(rows32, d32, n32, (s.p_rows.as_ptr(), n32 * 2), (s.v_pairs.as_ptr(), d32 * 4),
+                   (s.acc_rows.as_mut_ptr(), d32 * 4), true);
+        }
+        j0 = j1;
+    }
+    // SAFETY: releases this thread's tile state (configured above).
+    unsafe { asm!("tilerelease", options(nostack, nomem, preserves_flags)) };
+    // The output rows in the layout the writer reads (rows × d).
+    reset(&mut s.acc, rows * d, 0.0);
+    for r in 0..rows {
+        s.acc[r * d..][..d].copy_from_slice(&s.acc_rows[r * d32..][..d]);
+    }
+}

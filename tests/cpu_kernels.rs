@@ -1,7 +1,8 @@
 //! Every instruction set of the CPU kernel (AMX for bf16 prefill, AVX-512, AVX2, portable;
 //! chosen through `FLASH_ATTN_ROCM_CPU_ISA`) against the f64 reference, on the shapes that
-//! reach its special paths: decode split over the keys (batch and paged), GQA-packed prefill blocks, head dims that
-//! leave 8-lane column tails. One test only: it sets a process-wide variable.
+//! reach its special paths: decode split over the keys and packed over k/v heads (batch and
+//! paged), GQA-packed prefill blocks, head dims that leave 8-lane column tails or pad AMX tiles.
+//! One test only: it sets a process-wide variable.
 
 mod common;
 
@@ -35,6 +36,9 @@ fn batch_cases() -> Vec<BatchCase> {
         case(300, 300, 8, 2, 40, DType::F32, (Some(17), Some(5)), true, Some(3.0)),
         case(129, 257, 6, 3, 88, DType::BF16, CAUSAL, false, None),
         case(200, 150, 4, 1, 128, DType::F16, NONE, false, None),
+        // bf16 prefill (AMX where the CPU has it): every logit transform, a key count that is
+        // not a multiple of 32, a head dim padded to 96.
+        case(200, 333, 4, 2, 72, DType::BF16, (Some(50), Some(10)), true, Some(4.0)),
     ]
 }
 

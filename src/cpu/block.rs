@@ -83,10 +83,15 @@ pub struct Scratch {
     pub v_tile: Vec<f32>,
     /// The AMX products' operands (`amx.rs`): Q rows, Kᵀ and V as pairs, P rows, all bf16,
     /// and the f32 output rows.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub q_pairs: Vec<u16>,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub k_pairs: Vec<u16>,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub v_pairs: Vec<u16>,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub p_rows: Vec<u16>,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub acc_rows: Vec<f32>,
 }
 

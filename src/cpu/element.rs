@@ -14,7 +14,8 @@ pub trait Element: Copy + Send + Sync + 'static {
     /// # Safety
     /// `p` must be valid for `V::LANES` elements, and the CPU must have `V`'s features.
     unsafe fn load<V: Vector>(p: *const Self) -> V;
-    /// These inputs as bf16 inputs, when they are: the bf16 products serve only those.
+    /// These inputs as bf16 inputs, when they are: the AMX products serve only those.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn as_bf16<'a, 'b>(_inputs: &'b Inputs<'a, Self>) -> Option<&'b Inputs<'a, bf16>> {
         None
     }

@@ -97,7 +97,9 @@ fn filled<T: Clone>(len: Option<usize>, value: T, what: &str) -> Result<Vec<T>> 
 }
 
 /// Register tiles per instruction set (see `gemm.rs`): rows × vectors of columns.
+#[cfg(target_arch = "x86_64")]
 struct Avx512;
+#[cfg(target_arch = "x86_64")]
 struct Avx2;
 struct Portable;
 

@@ -328,3 +328,51 @@ mod x86 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_matches_libm_over_the_softmax_range() {
+        let mut worst = 0.0f64;
+        for step in 0..200_000 {
+            let x = -87.0 + step as f32 * (87.0 / 200_000.0);
+            let rel = ((exp_scalar(x) as f64 - (x as f64).exp()) / (x as f64).exp()).abs();
+            worst = worst.max(rel);
+        }
+        assert!(worst < 1e-6, "worst relative error {worst}");
+        assert_eq!(exp_scalar(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_scalar(-100.0), 0.0);
+        assert_eq!(exp_scalar(0.0), 1.0, "a row whose max does not move keeps its output exactly");
+    }
+
+    /// Every vector type computes the scalar function lane by lane, including -inf and the
+    /// values around the -87 cut-off.
+    fn vector_exp_is_lane_wise<V: Vector>() {
+        let inputs: Vec<f32> = (0..64).map(|i| (i as f32 * 1.37).sin() * 30.0 - 10.0).chain([f32::NEG_INFINITY, -87.0, -86.99, -87.01, 0.0, 88.0, -0.5, 3.0]).collect();
+        for chunk in inputs.chunks_exact(V::LANES) {
+            let mut out = vec![0.0f32; V::LANES];
+            // SAFETY: the caller checked the CPU features of V; both buffers hold LANES f32s.
+            unsafe { V::load(chunk.as_ptr()).exp().store(out.as_mut_ptr()) };
+            for (x, y) in chunk.iter().zip(&out) {
+                let want = exp_scalar(*x);
+                assert!((y - want).abs() <= want * 2e-7, "exp({x}) = {y}, scalar {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_vector_type_agrees_with_the_scalar_exp() {
+        vector_exp_is_lane_wise::<Portable8>();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                vector_exp_is_lane_wise::<F32x8>();
+            }
+            if std::is_x86_feature_detected!("avx512f") {
+                vector_exp_is_lane_wise::<F32x16>();
+            }
+        }
+    }
+}

@@ -14,14 +14,20 @@ with the codegen's own writers.
 Selection: dtypes and hdims as given (hdim_v == hdim only: the (192,128) tile is skipped), no
 dropout, the LSE-writing kernels with --lse (else the no-LSE ones: one variant, never both;
 the Rust side then always or never passes an LSE buffer), and for --paged the group-mode paged-KV
-split-KV kernels with their combine kernels (both LSE variants: the dispatcher names both). --filter keeps only kernels whose name matches one
-of its comma-separated fnmatch patterns (for small CI builds).
+split-KV kernels with their combine kernels (both LSE variants: the dispatcher names both).
+Split-KV kernels are generated only for head-dim tiles whose split-KV pipeline class exists in
+this CK's headers: its codegen asks for `BlockFmhaFwdSplitKVPipelineQRKSVSAsync` (the `qr_async`
+pipeline) for hdims 96 and 160, a class this CK does not have, and has no split-KV tile for 192.
+A paged call with such a head dim runs on the next larger split-KV tile (CK pads the head dim);
+the Rust side knows the split-KV tiles from the manifest. --filter keeps only kernels whose
+name matches one of its comma-separated fnmatch patterns (for small CI builds).
 
 Writes OUT_DIR/*.cpp and OUT_DIR/manifest.txt: one line per kernel, "<api> <name>", where name
 is the file stem, and the dispatcher files as "api fmha_fwd_api" / "api fmha_fwd_splitkv_api".
 """
 import argparse
 import fnmatch
+import re
 import sys
 from pathlib import Path
 
@@ -61,9 +67,10 @@ class Selection:
         p = kernel.F_pipeline
         return self.common(kernel) and p.F_dropout == "f" and p.F_lse in self.lse_values
 
-    def splitkv(self, kernel):
+    def splitkv(self, kernel, pipeline_exists):
         p = kernel.F_pipeline
-        return self.common(kernel) and kernel.F_mode == "group" and p.F_pagedkv == "t"
+        return (self.common(kernel) and kernel.F_mode == "group" and p.F_pagedkv == "t"
+                and pipeline_exists(p.tag))
 
     def combine(self, kernel, used_pads):
         # The split-KV dispatcher pairs each split kernel with the combine kernel of the same
@@ -107,12 +114,30 @@ def cheapen_cu_query(api_file):
     api_file.write_text(text)
 
 
-def write_splitkv(ops, selection, out_dir, manifest):
+class PipelineClasses:
+    """Which pipeline tags of the split-KV codegen name a class that CK's headers define."""
+
+    def __init__(self, fmha_dir, pipeline_map):
+        pipeline_dir = fmha_dir.parents[2] / "include" / "ck_tile" / "ops" / "fmha" / "pipeline"
+        headers = [f.read_text() for f in sorted(pipeline_dir.glob("*.hpp"))]
+        if not headers:
+            sys.exit(f"ck_codegen: no pipeline headers under {pipeline_dir}")
+        self.defined = {
+            tag for tag, cpp_name in pipeline_map.items()
+            if any(re.search(rf"\bstruct {cpp_name.split('::')[-1]}\b", h) for h in headers)
+        }
+
+    def exists(self, tag):
+        return tag in self.defined
+
+
+def write_splitkv(ops, selection, fmha_dir, out_dir, manifest):
     skv = ops.fmha_fwd_splitkv
+    classes = PipelineClasses(fmha_dir, skv.FMHA_FWD_SPLITKV_PIPELINE_MAP)
     _, kernels = skv.get_fwd_splitkv_blobs("", RECEIPT_FLASH_ATTENTION, MASK_IMPL, [-1])
     pool = skv.FmhaFwdSplitKVApiPool(MASK_IMPL)
     used_pads = set()
-    for kernel in filter(selection.splitkv, kernels):
+    for kernel in (k for k in kernels if selection.splitkv(k, classes.exists)):
         pool.register_traits(kernel.api_trait())
         skv.write_single_kernel(kernel, out_dir)
         manifest.append(f"fwd_splitkv {kernel.name}")
@@ -138,7 +163,7 @@ def main():
     manifest = []
     write_fwd(ops, selection, args.out_dir, manifest)
     if args.paged:
-        write_splitkv(ops, selection, args.out_dir, manifest)
+        write_splitkv(ops, selection, args.fmha_dir.resolve(), args.out_dir, manifest)
     (args.out_dir / "manifest.txt").write_text("\n".join(manifest) + "\n")
 
 

@@ -58,6 +58,9 @@ pub fn generate(
             selection.describe()
         ));
     }
+    // The split-KV tiles actually generated (ck_codegen.py skips those this CK cannot build):
+    // the dispatch serves a paged call only on one of them.
+    println!("cargo:rustc-env=FLASH_ATTN_ROCM_CK_SPLITKV_HDIMS={}", splitkv_hdims(&manifest_text).join(","));
     sync_dir(&fresh, &gen)?;
     remove_dir(&fresh)?;
     let sources = manifest_text
@@ -66,6 +69,19 @@ pub fn generate(
         .map(|(_, name)| gen.join(format!("{name}.cpp")))
         .collect();
     Ok(Generated { sources })
+}
+
+/// Head dims of the `fwd_splitkv` kernels in a manifest (names `fmha_fwd_splitkv_d<hdim>_...`),
+/// ascending and unique.
+fn splitkv_hdims(manifest: &str) -> Vec<String> {
+    let mut hdims: Vec<u32> = manifest
+        .lines()
+        .filter_map(|line| line.strip_prefix("fwd_splitkv fmha_fwd_splitkv_d"))
+        .filter_map(|rest| rest.split('_').next()?.parse().ok())
+        .collect();
+    hdims.sort_unstable();
+    hdims.dedup();
+    hdims.iter().map(u32::to_string).collect()
 }
 
 /// Makes `to` hold exactly the files of `from`, rewriting only those whose bytes differ.

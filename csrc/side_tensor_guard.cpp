@@ -60,36 +60,37 @@ __global__ void guard_side_tensors(CkSideTensorGuard g, uint32_t* flag)
     auto k_out      = reinterpret_cast<int32_t*>(g.seqstart_k_out);
     if(threadIdx.x == 0)
     {
+        // Paged: a sequence may not need more blocks than its table row holds.
+        int64_t max_len_k = g.max_seqlen_k;
+        const int64_t table_capacity = int64_t(g.max_blocks) * g.page_block_size;
+        if(g.block_table_in != 0 && table_capacity < max_len_k)
+            max_len_k = table_capacity;
         seq_bad = clamp_cumulative(
                       seqstart_q, q_out, g.batch, g.rows_q, g.max_seqlen_q, kBadSeqlensQ) |
-                  clamp_cumulative(
-                      seqstart_k, k_out, g.batch, g.rows_k, g.max_seqlen_k, kBadSeqlensK);
+                  clamp_cumulative(seqstart_k,
+                                   k_out,
+                                   g.batch,
+                                   g.rows_k,
+                                   static_cast<int32_t>(max_len_k),
+                                   kBadSeqlensK);
     }
     __syncthreads();
     uint32_t bad = threadIdx.x == 0 ? seq_bad : 0;
     if(g.block_table_in != 0)
     {
-        // Every entry is copied; entries a sequence reads must name an existing block, and a
-        // sequence must not need more blocks than the table has columns.
+        // Every entry is copied; entries a sequence reads must name an existing block.
         auto table_in  = reinterpret_cast<const int32_t*>(g.block_table_in);
         auto table_out = reinterpret_cast<int32_t*>(g.block_table_out);
         for(int32_t i = threadIdx.x; i < g.batch * g.max_blocks; i += blockDim.x)
         {
             int32_t b = i / g.max_blocks, n = i % g.max_blocks;
-            int32_t len    = k_out[b + 1] - k_out[b];
-            int32_t needed = (len + g.page_block_size - 1) / g.page_block_size;
+            int64_t len    = k_out[b + 1] - k_out[b];
+            int64_t needed = (len + g.page_block_size - 1) / g.page_block_size;
             int32_t id     = table_in[b * g.block_table_row_stride + n];
             bool in_range  = id >= 0 && id < g.num_blocks;
             if(!in_range && n < needed)
                 bad |= kBadBlockTable;
             table_out[i] = in_range ? id : 0;
-        }
-        // A sequence longer than its table row: its keys beyond the row are not read.
-        for(int32_t b = threadIdx.x; b < g.batch; b += blockDim.x)
-        {
-            int64_t len = k_out[b + 1] - k_out[b];
-            if(len > int64_t(g.max_blocks) * g.page_block_size)
-                bad |= kBadBlockTable;
         }
     }
     if(bad != 0)

@@ -5,9 +5,9 @@
 //! the GPU. Before CK's kernel, the guard kernel (csrc/side_tensor_guard.cpp) runs on the same
 //! stream: it copies them into scratch ([`guard_scratch_len`]), replacing each value that would
 //! make CK index out of bounds (a cumulative seqlen that steps back, passes the rows of q or k,
-//! or makes a sequence longer than max_seqlen_q/k: that sequence becomes empty; a block id
-//! outside the cache, or a sequence needing more blocks than its table row: block 0 / keys cut
-//! at the row), and sets a bit in an error flag in mapped host memory. CK reads the copies.
+//! or makes a sequence longer than max_seqlen_q/k or than its block-table row holds: that
+//! sequence becomes empty; a block id outside the cache: block 0), and sets a bit in an error
+//! flag in mapped host memory. CK reads the copies.
 //! The flag is read without synchronizing by the next guarded call, which then fails with an
 //! `Err` naming the tensor (the call that had the bad values has already returned `Ok`; its
 //! output rows for the affected sequences are zeros), or explicitly by
@@ -80,8 +80,11 @@ pub fn faults_to_result(bits: u32) -> Result<()> {
     }
     let names = [
         (SideTensorFault::SeqlensQ, "seqlens_q (steps back, passes the rows of q, or a sequence longer than max_seqlen_q)"),
-        (SideTensorFault::SeqlensK, "seqlens_k (steps back, passes the rows of k, or a sequence longer than max_seqlen_k)"),
-        (SideTensorFault::BlockTable, "block_table (a block id outside the k/v cache, or a row too short for its sequence)"),
+        (
+            SideTensorFault::SeqlensK,
+            "seqlens_k (steps back, passes the rows of k, or a sequence longer than max_seqlen_k or its block-table row)",
+        ),
+        (SideTensorFault::BlockTable, "block_table (a block id outside the k/v cache)"),
     ];
     let found: Vec<&str> = names.iter().filter(|(f, _)| bits & f.repr != 0).map(|(_, n)| *n).collect();
     candle::bail!(

@@ -108,13 +108,14 @@ fn no_ck_build_says_so() {
     assert!(err.contains("FLASH_ATTN_ROCM_ARCHS"), "{err}");
 }
 
-/// Issue 8 item 6: when the generated dispatcher's own HIP query fails (here: no device, so
-/// `hipGetDevice` fails before anything is launched), the error names the HIP failure instead
-/// of a missing instance, and consumes it: the next call is not blamed for it. Runs only on a
-/// machine with the HIP runtime and no GPU (CI's chroot); with a GPU the query succeeds.
+/// Without a device, a launch reports the HIP error (hipErrorNoDevice), never a missing
+/// instance. (Issue 8 item 6's own path, a dispatcher whose device query fails after a clean
+/// entry, cannot be reached here: HIP's "no device" is sticky, so the shim's entry check, which
+/// consumes pending errors, reports it first. The shim handles both the same way: it names the
+/// HIP error and consumes it.) Runs only with the HIP runtime and no GPU (CI's chroot).
 #[test]
-fn dispatcher_hip_failure_is_reported_not_blamed_on_instances() {
-    let test = "dispatcher_hip_failure_is_reported_not_blamed_on_instances";
+fn without_a_device_the_hip_error_is_reported_not_a_missing_instance() {
+    let test = "without_a_device_the_hip_error_is_reported_not_a_missing_instance";
     let Some(hdims) = ck_hdims() else {
         eprintln!("{test}: skipped, this build has no CK kernels ({})", rocm::BUILD_INFO);
         return;
@@ -138,7 +139,7 @@ fn dispatcher_hip_failure_is_reported_not_blamed_on_instances() {
         nhead_q: 1,
         nhead_k: 1,
         scale_s: 0.125,
-        // Never dereferenced: without a device the dispatcher returns before any launch.
+        // Never dereferenced: without a device nothing is launched.
         q_ptr: 0x1000,
         k_ptr: 0x1000,
         v_ptr: 0x1000,
@@ -146,12 +147,9 @@ fn dispatcher_hip_failure_is_reported_not_blamed_on_instances() {
         ..CkFwdParams::default()
     };
     for attempt in 0..2 {
-        // SAFETY: with no GPU, CK's dispatcher fails its device query and launches nothing;
-        // the fake addresses are never read.
+        // SAFETY: with no GPU the shim fails before any launch; the fake addresses are never read.
         let err = unsafe { rocm::fmha_fwd(&params) }.unwrap_err().to_string();
-        assert!(err.contains("HIP error in fmha_fwd"), "attempt {attempt}: {err}");
+        assert!(err.contains("HIP error") && err.contains("hipErrorNoDevice"), "attempt {attempt}: {err}");
         assert!(!err.contains("no Composable Kernel instance"), "attempt {attempt}: {err}");
-        // Consumed: the second attempt is not blamed for a pending error of the first.
-        assert!(!err.contains("pending error"), "attempt {attempt}: {err}");
     }
 }

@@ -2,6 +2,7 @@
 # The ROCm compile checks, in the Debian sid ROCm chroot (created or reused outside the repo by
 # scripts/rocm-chroot.sh); no GPU needed. Needs root.
 #
+#  0. The side-tensor guard's clamping rules (tests/cpp/side_tensor_clamp.cpp, g++, a second).
 #  1. CK + Triton for gfx942: build and link `--features rocm` (tests/rocm_kernels.rs), check
 #     the CK code objects (scripts/check_code_objects.py: every generated kernel in the linked
 #     binary, MFMA used, no calls in kernels), run the test binary (its tests report a skip).
@@ -125,6 +126,10 @@ aot_compile() {
 }
 
 step "chroot ready" "$chroot_sh" create
+mkdir -p "$target"
+# The side-tensor guard's clamping rules (csrc/side_tensor_clamp.h), host-compiled and tested.
+step "side-tensor clamp test (host)" in_chroot sh -c "g++ -std=c++17 -O1 -Wall -Werror -I'$repo/csrc' \
+    '$repo/tests/cpp/side_tensor_clamp.cpp' -o '$target/side_tensor_clamp' && '$target/side_tensor_clamp'"
 # Both builds share one target dir, so the dependencies compile once (switching the kernel set
 # recompiles only this crate, in seconds); they also share the test binary's path, so each
 # build's checks run before the next build.

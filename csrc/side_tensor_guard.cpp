@@ -7,6 +7,7 @@
 #include "flash-attn-rocm/src/rocm/ffi.rs.h"
 #include "build_info.h"
 #include "hip_check.h"
+#include "side_tensor_clamp.h"
 
 #include <hip/hip_runtime.h>
 
@@ -23,34 +24,6 @@ constexpr uint32_t kBadSeqlensQ   = static_cast<uint32_t>(SideTensorFault::Seqle
 constexpr uint32_t kBadSeqlensK   = static_cast<uint32_t>(SideTensorFault::SeqlensK);
 constexpr uint32_t kBadBlockTable = static_cast<uint32_t>(SideTensorFault::BlockTable);
 
-// Clamps one cumulative array in place of `out`: each value must not step back, add a sequence
-// longer than max_len, or pass `rows`; a bad step becomes a zero-length sequence. Returns the
-// flag bit when something was replaced.
-__device__ uint32_t clamp_cumulative(
-    const int32_t* in, int32_t* out, int32_t batch, int32_t rows, int32_t max_len, uint32_t bit)
-{
-    uint32_t bad = 0;
-    int32_t first = in[0];
-    if(first < 0 || first > rows)
-    {
-        bad   = bit;
-        first = first < 0 ? 0 : rows;
-    }
-    out[0] = first;
-    for(int32_t b = 0; b < batch; ++b)
-    {
-        int32_t prev = out[b];
-        int32_t next = in[b + 1];
-        if(next < prev || next > rows || next - prev > max_len)
-        {
-            bad  = bit;
-            next = prev;
-        }
-        out[b + 1] = next;
-    }
-    return bad;
-}
-
 __global__ void guard_side_tensors(CkSideTensorGuard g, uint32_t* flag)
 {
     __shared__ uint32_t seq_bad;
@@ -60,19 +33,12 @@ __global__ void guard_side_tensors(CkSideTensorGuard g, uint32_t* flag)
     auto k_out      = reinterpret_cast<int32_t*>(g.seqstart_k_out);
     if(threadIdx.x == 0)
     {
-        // Paged: a sequence may not need more blocks than its table row holds.
-        int64_t max_len_k = g.max_seqlen_k;
-        const int64_t table_capacity = int64_t(g.max_blocks) * g.page_block_size;
-        if(g.block_table_in != 0 && table_capacity < max_len_k)
-            max_len_k = table_capacity;
-        seq_bad = clamp_cumulative(
-                      seqstart_q, q_out, g.batch, g.rows_q, g.max_seqlen_q, kBadSeqlensQ) |
-                  clamp_cumulative(seqstart_k,
-                                   k_out,
-                                   g.batch,
-                                   g.rows_k,
-                                   static_cast<int32_t>(max_len_k),
-                                   kBadSeqlensK);
+        const bool paged        = g.block_table_in != 0;
+        const int32_t max_len_k = paged ? paged_max_len(g.max_seqlen_k, g.max_blocks, g.page_block_size)
+                                        : g.max_seqlen_k;
+        const bool bad_q = clamp_cumulative(seqstart_q, q_out, g.batch, g.rows_q, g.max_seqlen_q);
+        const bool bad_k = clamp_cumulative(seqstart_k, k_out, g.batch, g.rows_k, max_len_k);
+        seq_bad          = (bad_q ? kBadSeqlensQ : 0u) | (bad_k ? kBadSeqlensK : 0u);
     }
     __syncthreads();
     uint32_t bad = threadIdx.x == 0 ? seq_bad : 0;
@@ -81,17 +47,16 @@ __global__ void guard_side_tensors(CkSideTensorGuard g, uint32_t* flag)
         // Every entry is copied; entries a sequence reads must name an existing block.
         auto table_in  = reinterpret_cast<const int32_t*>(g.block_table_in);
         auto table_out = reinterpret_cast<int32_t*>(g.block_table_out);
+        bool bad_table = false;
         for(int32_t i = threadIdx.x; i < g.batch * g.max_blocks; i += blockDim.x)
         {
-            int32_t b = i / g.max_blocks, n = i % g.max_blocks;
-            int64_t len    = k_out[b + 1] - k_out[b];
-            int64_t needed = (len + g.page_block_size - 1) / g.page_block_size;
-            int32_t id     = table_in[b * g.block_table_row_stride + n];
-            bool in_range  = id >= 0 && id < g.num_blocks;
-            if(!in_range && n < needed)
-                bad |= kBadBlockTable;
-            table_out[i] = in_range ? id : 0;
+            const int32_t b = i / g.max_blocks, n = i % g.max_blocks;
+            const int32_t id = table_in[b * g.block_table_row_stride + n];
+            table_out[i]     = clamp_block_id(
+                id, g.num_blocks, n, k_out[b + 1] - k_out[b], g.page_block_size, &bad_table);
         }
+        if(bad_table)
+            bad |= kBadBlockTable;
     }
     if(bad != 0)
         atomicOr_system(flag, bad);

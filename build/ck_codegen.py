@@ -2,7 +2,7 @@
 """Emit the CK fmha forward instances this crate needs, with CK's own code generator.
 
 Usage: ck_codegen.py FMHA_DIR OUT_DIR --dtypes fp16,bf16 --hdims 64,128 [--lse] [--paged]
-                     [--filter PATTERN]
+                     [--filter PATTERN] [--occupancy-one-hdims 128]
 
 FMHA_DIR is CK's example/ck_tile/01_fmha. This does what `generate.py -d fwd,fwd_splitkv
 --receipt 2` does, with one difference: generate.py takes a single fnmatch pattern per API,
@@ -22,10 +22,17 @@ A paged call with such a head dim runs on the next larger split-KV tile (CK pads
 the Rust side knows the split-KV tiles from the manifest. --filter keeps only kernels whose
 name matches one of its comma-separated fnmatch patterns (for small CI builds).
 
+--occupancy-one-hdims 128 builds the forward kernels of those head-dim tiles with occupancy 1
+(CK's `o1` tile option, which its own 160 and 192 tiles use): the kernel may then use the whole
+512-register file. The build passes it for upstream LLVM (distro ROCm), where CK's d128 forward
+tile at the default occupancy spills (gfx942, LLVM 21: 256 VGPRs and 90-104 spills; with o1:
+304 registers, 0 spills; see the README).
+
 Writes OUT_DIR/*.cpp and OUT_DIR/manifest.txt: one line per kernel, "<api> <name>", where name
 is the file stem, and the dispatcher files as "api fmha_fwd_api" / "api fmha_fwd_splitkv_api".
 """
 import argparse
+import dataclasses
 import fnmatch
 import re
 import sys
@@ -44,6 +51,7 @@ def parse_args():
     parser.add_argument("--lse", action="store_true")
     parser.add_argument("--paged", action="store_true")
     parser.add_argument("--filter", default="")
+    parser.add_argument("--occupancy-one-hdims", default="")
     return parser.parse_args()
 
 
@@ -57,6 +65,7 @@ class Selection:
         self.hdims = [int(h) for h in args.hdims.split(",")]
         self.lse_values = ["t"] if args.lse else ["f"]
         self.patterns = [p for p in args.filter.split(",") if p]
+        self.occupancy_one = {int(h) for h in args.occupancy_one_hdims.split(",") if h}
 
     def common(self, kernel):
         return (kernel.F_dtype in self.dtypes and kernel.F_hdim in self.hdims
@@ -86,6 +95,11 @@ def write_fwd(ops, selection, out_dir, manifest):
     fwd = ops.fmha_fwd
     _, kernels = fwd.get_fwd_blobs("", RECEIPT_FLASH_ATTENTION, [-1], MASK_IMPL)
     pool = fwd.FmhaFwdApiPool(MASK_IMPL)
+    for kernel in kernels:
+        if kernel.F_hdim in selection.occupancy_one and kernel.F_tile.F_occupancy == -1:
+            # A copy: the codegen shares one tile object between kernels. Before the filter, so
+            # that the patterns see the final name (with its `_o1`).
+            kernel.F_tile = dataclasses.replace(kernel.F_tile, F_occupancy=1)
     for kernel in filter(selection.fwd, kernels):
         pool.register_traits(kernel.api_trait())
         fwd.write_single_fwd_kernel(kernel, out_dir)

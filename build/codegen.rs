@@ -9,6 +9,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Forward head-dim tiles built with occupancy 1 when the device compiler is upstream LLVM.
+const UPSTREAM_LLVM_OCCUPANCY_ONE_HDIMS: &str = "128";
+
 pub struct Generated {
     /// The generated .cpp files, in the generator's order. Beside them, manifest.txt lists
     /// "<api> <kernel name>" lines: what scripts/check_code_objects.py expects in the library.
@@ -49,6 +52,11 @@ pub fn generate(
     }
     if selection.paged {
         command.arg("--paged");
+    }
+    if !toolchain.amd_clang {
+        // Upstream LLVM spills CK's d128 forward tile at its default occupancy; with occupancy
+        // 1 it does not (measured on gfx942 with LLVM 21; see ck_codegen.py and the README).
+        command.args(["--occupancy-one-hdims", UPSTREAM_LLVM_OCCUPANCY_ONE_HDIMS]);
     }
     run_capture(&mut command).map_err(|e| format!("CK code generation failed: {e}"))?;
     let manifest_text = fs::read_to_string(fresh.join("manifest.txt")).map_err(|e| e.to_string())?;

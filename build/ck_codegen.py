@@ -2,7 +2,7 @@
 """Emit the CK fmha forward instances this crate needs, with CK's own code generator.
 
 Usage: ck_codegen.py FMHA_DIR OUT_DIR --dtypes fp16,bf16 --hdims 64,128 [--lse] [--paged]
-                     [--filter PATTERN] [--occupancy-one-hdims 128]
+                     [--filter PATTERN] [--occupancy-one-hdims 96,128]
 
 FMHA_DIR is CK's example/ck_tile/01_fmha. This does what `generate.py -d fwd,fwd_splitkv
 --receipt 2` does, with one difference: generate.py takes a single fnmatch pattern per API,
@@ -22,7 +22,7 @@ A paged call with such a head dim runs on the next larger split-KV tile (CK pads
 the Rust side knows the split-KV tiles from the manifest. --filter keeps only kernels whose
 name matches one of its comma-separated fnmatch patterns (for small CI builds).
 
---occupancy-one-hdims 128 builds the forward kernels of those head-dim tiles with occupancy 1
+--occupancy-one-hdims 96,128 builds the forward kernels of those head-dim tiles with occupancy 1
 (CK's `o1` tile option, which its own 160 and 192 tiles use): the kernel may then use the whole
 512-register file. The build passes it for upstream LLVM (distro ROCm), where CK's d128 forward
 tile at the default occupancy spills (gfx942, LLVM 21: 256 VGPRs and 90-104 spills; with o1:

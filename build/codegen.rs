@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Forward head-dim tiles built with occupancy 1 when the device compiler is upstream LLVM.
-const UPSTREAM_LLVM_OCCUPANCY_ONE_HDIMS: &str = "128";
+const UPSTREAM_LLVM_OCCUPANCY_ONE_HDIMS: &str = "96,128";
 
 pub struct Generated {
     /// The generated .cpp files, in the generator's order. Beside them, manifest.txt lists

@@ -25,8 +25,8 @@ name matches one of its comma-separated fnmatch patterns (for small CI builds).
 --occupancy-one-hdims 96,128 builds the forward kernels of those head-dim tiles with occupancy 1
 (CK's `o1` tile option, which its own 160 and 192 tiles use): the kernel may then use the whole
 512-register file. The build passes it for upstream LLVM (distro ROCm), where CK's d128 forward
-tile at the default occupancy spills (gfx942, LLVM 21: 256 VGPRs and 90-104 spills; with o1:
-304 registers, 0 spills; see the README).
+and d96 tiles at the default occupancy spill (gfx942, LLVM 21: 256 VGPRs, 90-104 and 1 spills;
+with o1: 300-326 and 280 registers, 0 spills; see the README).
 
 Writes OUT_DIR/*.cpp and OUT_DIR/manifest.txt: one line per kernel, "<api> <name>", where name
 is the file stem, and the dispatcher files as "api fmha_fwd_api" / "api fmha_fwd_splitkv_api".

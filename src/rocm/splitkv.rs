@@ -3,10 +3,11 @@
 //! reads. Pure Rust, tested without ROCm.
 //!
 //! Non-paged calls do not go through split-KV, decode included. This CK has non-paged split-KV
-//! kernels (receipt 2, batch and group mode), but building them would add as many instances
-//! again as the paged ones (48 more at the default head dims and dtypes, about 20 minutes on
-//! 2 cores), and non-paged decode on ROCm has a split path already: the Triton kernels split
-//! keys for any layout (`crate::triton::split`). Revisit when a GPU can measure the gain.
+//! kernels (receipt 2: 96 batch-mode and 48 group-mode instances at the default head dims and
+//! dtypes), but building them would more than double the default build (136 instances; about
+//! 50 minutes more on 2 cores), and non-paged decode on ROCm has a split path already: the
+//! Triton kernels split keys for any layout (`crate::triton::split`). Revisit when a GPU can
+//! measure the gain.
 use crate::params::{AttnCall, Mode};
 use candle::Result;
 

@@ -2,6 +2,7 @@
 # The ROCm compile checks, in the Debian sid ROCm chroot (created or reused outside the repo by
 # scripts/rocm-chroot.sh); no GPU needed. Needs root.
 #
+#  0. The side-tensor guard's clamping rules (tests/cpp/side_tensor_clamp.cpp, g++, a second).
 #  1. CK + Triton for gfx942: build and link `--features rocm` (tests/rocm_kernels.rs), check
 #     the CK code objects (scripts/check_code_objects.py: every generated kernel in the linked
 #     binary, MFMA used, no calls in kernels), run the test binary (its tests report a skip).
@@ -11,6 +12,11 @@
 #     FLASH_ATTN_ROCM_FILTER= (empty) for every variant of that head dim and dtype (35
 #     instances). Triton here: FLASH_ATTN_ROCM_TRITON_DIMS, by default the 128 tile only, since
 #     step 3 covers the full set.
+#  1b. Every head-dim tile the build accepts (32, 64, 96, 128, 160, 192, 256), fp16, one
+#     instance per kernel family it selects: forward batch, forward group (varlen), split-KV
+#     (paged) and its combine kernels, the last two only for the tiles this CK has split-KV
+#     kernels for (build/ck_codegen.py skips the others); built, linked and checked like step 1
+#     (its own build cache key: a warm rerun compiles nothing).
 #  2. RDNA (gfx1100, gfx1201): the Triton-only build (no CK, no hipcc) and link, and its test
 #     binary. Head-dim tile 64 only (fp16 and bf16): this proves the build path, embedding and
 #     the no-CK API; step 3 compiles every kernel for these archs.
@@ -24,6 +30,11 @@ CI_FILTER='fmha_fwd_d128_fp16_batch_*_psskddv_nlogits_nbias_mask_lse_*'
 CI_FILTER+=',fmha_fwd_d128_fp16_group_*_nlogits_alibi_nmask_lse_*'
 CI_FILTER+=',fmha_fwd_d128_fp16_batch_*_psddv_logits_nbias_nmask_lse_*'
 CI_FILTER+=',fmha_fwd_splitkv_d128_fp16_group_*_pssk_nlogits_nbias_mask_*_pagedkv'
+# Step 1b: one fp16 instance per head-dim tile and kernel family (26 with the combine kernels).
+TILE_HDIMS=32,64,96,128,160,192,256
+TILE_FILTER='fmha_fwd_d*_fp16_batch_*_psskddv_nlogits_nbias_nmask_lse_*'
+TILE_FILTER+=',fmha_fwd_d*_fp16_group_*_psskddv_nlogits_nbias_nmask_lse_*'
+TILE_FILTER+=',fmha_fwd_splitkv_d*_fp16_group_*_psskddv_nlogits_nbias_nmask_*_pagedkv'
 RDNA_ARCHS=gfx1100,gfx1201
 AOT_TARGETS=gfx90a,gfx942,gfx1100,gfx1201
 
@@ -115,6 +126,10 @@ aot_compile() {
 }
 
 step "chroot ready" "$chroot_sh" create
+mkdir -p "$target"
+# The side-tensor guard's clamping rules (csrc/side_tensor_clamp.h), host-compiled and tested.
+step "side-tensor clamp test (host)" in_chroot sh -c "g++ -std=c++17 -O1 -Wall -Werror -I'$repo/csrc' \
+    '$repo/tests/cpp/side_tensor_clamp.cpp' -o '$target/side_tensor_clamp' && '$target/side_tensor_clamp'"
 # Both builds share one target dir, so the dependencies compile once (switching the kernel set
 # recompiles only this crate, in seconds); they also share the test binary's path, so each
 # build's checks run before the next build.
@@ -130,6 +145,13 @@ step "cargo build + link (--features rocm, $arch)" cargo_build "$ck_messages" \
 step "CK code-object check ($arch)" in_chroot python3 "$repo/scripts/check_code_objects.py" \
     --cargo-json "$ck_messages" --arch "${arch%%,*}"
 step "test binary ($arch)" run_tests "$ck_messages"
+
+tiles_messages="$target/rocm-check-tiles-messages.json"
+step "cargo build + link (--features rocm, $arch, every head-dim tile)" cargo_build "$tiles_messages" \
+    FLASH_ATTN_ROCM_ARCHS="$arch" FLASH_ATTN_ROCM_HDIMS="$TILE_HDIMS" FLASH_ATTN_ROCM_DTYPES=fp16 \
+    FLASH_ATTN_ROCM_FILTER="$TILE_FILTER" FLASH_ATTN_ROCM_TRITON_DIMS=128
+step "CK code-object check ($arch, every head-dim tile)" in_chroot python3 "$repo/scripts/check_code_objects.py" \
+    --cargo-json "$tiles_messages" --arch "${arch%%,*}" --require-tiles "$TILE_HDIMS"
 
 rdna_messages="$target/rocm-check-rdna-messages.json"
 step "cargo build + link (--features rocm, $RDNA_ARCHS, Triton only)" cargo_build "$rdna_messages" \

@@ -9,6 +9,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Forward head-dim tiles built with occupancy 1 when the device compiler is upstream LLVM.
+const UPSTREAM_LLVM_OCCUPANCY_ONE_HDIMS: &str = "96,128";
+
 pub struct Generated {
     /// The generated .cpp files, in the generator's order. Beside them, manifest.txt lists
     /// "<api> <kernel name>" lines: what scripts/check_code_objects.py expects in the library.
@@ -50,6 +53,11 @@ pub fn generate(
     if selection.paged {
         command.arg("--paged");
     }
+    if !toolchain.amd_clang {
+        // Upstream LLVM spills CK's d128 forward tile at its default occupancy; with occupancy
+        // 1 it does not (measured on gfx942 with LLVM 21; see ck_codegen.py and the README).
+        command.args(["--occupancy-one-hdims", UPSTREAM_LLVM_OCCUPANCY_ONE_HDIMS]);
+    }
     run_capture(&mut command).map_err(|e| format!("CK code generation failed: {e}"))?;
     let manifest_text = fs::read_to_string(fresh.join("manifest.txt")).map_err(|e| e.to_string())?;
     if !manifest_text.lines().any(|l| !l.starts_with("api ")) {
@@ -58,6 +66,9 @@ pub fn generate(
             selection.describe()
         ));
     }
+    // The split-KV tiles actually generated (ck_codegen.py skips those this CK cannot build):
+    // the dispatch serves a paged call only on one of them.
+    println!("cargo:rustc-env=FLASH_ATTN_ROCM_CK_SPLITKV_HDIMS={}", splitkv_hdims(&manifest_text).join(","));
     sync_dir(&fresh, &gen)?;
     remove_dir(&fresh)?;
     let sources = manifest_text
@@ -66,6 +77,19 @@ pub fn generate(
         .map(|(_, name)| gen.join(format!("{name}.cpp")))
         .collect();
     Ok(Generated { sources })
+}
+
+/// Head dims of the `fwd_splitkv` kernels in a manifest (names `fmha_fwd_splitkv_d<hdim>_...`),
+/// ascending and unique.
+fn splitkv_hdims(manifest: &str) -> Vec<String> {
+    let mut hdims: Vec<u32> = manifest
+        .lines()
+        .filter_map(|line| line.strip_prefix("fwd_splitkv fmha_fwd_splitkv_d"))
+        .filter_map(|rest| rest.split('_').next()?.parse().ok())
+        .collect();
+    hdims.sort_unstable();
+    hdims.dedup();
+    hdims.iter().map(u32::to_string).collect()
 }
 
 /// Makes `to` hold exactly the files of `from`, rewriting only those whose bytes differ.

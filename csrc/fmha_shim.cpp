@@ -5,6 +5,7 @@
 // Compiled by hipcc with -DCK_TILE_FMHA_FWD_FAST_EXP2=1 like every CK translation unit.
 #include "flash-attn-rocm/src/rocm/ffi.rs.h"
 #include "build_info.h"
+#include "hip_check.h"
 #include "fmha_fwd.hpp"
 
 #include <hip/hip_runtime.h>
@@ -15,20 +16,6 @@
 
 namespace flash_attn_rocm {
 namespace {
-
-// Split-KV with a single split: flash-attention's heuristic for this CK never picks more, and
-// one split needs no device-property query per call.
-constexpr ck_tile::index_t kNumSplits = 1;
-
-void check_hip(hipError_t status, const char* what)
-{
-    if(status != hipSuccess)
-    {
-        throw std::runtime_error(std::string("flash-attn-rocm: HIP error in ") + what + ": " +
-                                 hipGetErrorName(status) + " (" + hipGetErrorString(status) +
-                                 "); library built for " FLASH_ATTN_ROCM_BUILD_INFO);
-    }
-}
 
 std::string data_type(CkDtype dtype)
 {
@@ -49,6 +36,10 @@ bool is_paged(const CkFwdParams& p) { return p.block_table_ptr != 0; }
 
 [[noreturn]] void throw_no_kernel(const CkFwdParams& p, const char* api)
 {
+    // The generated dispatchers also return < 0 when one of their own HIP queries fails (the
+    // CU count): that error is still pending. Report it (and consume it, so that the next call
+    // is not blamed) instead of claiming that no instance exists.
+    check_hip(hipGetLastError(), api);
     std::ostringstream msg;
     msg << "flash-attn-rocm: " << api << " has no Composable Kernel instance for: dtype "
         << data_type(p.dtype) << ", hdim_q " << p.hdim_q << ", hdim_v " << p.hdim_v << ", "
@@ -176,14 +167,15 @@ void run_splitkv(const CkFwdParams& p, const ck_tile::stream_config& stream)
     args.page_block_size          = p.page_block_size;
     args.is_gappy                 = false;
     args.cache_batch_idx          = nullptr;
-    args.num_splits               = kNumSplits;
-    // Accumulators laid out (h, splits, total_q[, d]) as mha_varlen_fwd.cpp allocates them.
-    args.nhead_stride_lse_acc = kNumSplits * p.seqlen_q;
-    args.split_stride_lse_acc = p.seqlen_q;
+    // The split count and the accumulators' (h, splits, total_q[, d]) strides come from Rust
+    // (rocm::plan_split_kv, rocm::AccumulatorStrides); group mode has no batch stride.
+    args.num_splits           = p.num_splits;
+    args.nhead_stride_lse_acc = p.nhead_stride_lse_acc;
+    args.split_stride_lse_acc = p.split_stride_lse_acc;
     args.batch_stride_lse_acc = 0;
-    args.stride_o_acc         = p.hdim_v;
-    args.split_stride_o_acc   = p.seqlen_q * p.hdim_v;
-    args.nhead_stride_o_acc   = kNumSplits * p.seqlen_q * p.hdim_v;
+    args.stride_o_acc         = p.stride_o_acc;
+    args.split_stride_o_acc   = p.split_stride_o_acc;
+    args.nhead_stride_o_acc   = p.nhead_stride_o_acc;
     args.batch_stride_o_acc   = 0;
     if(fmha_fwd_splitkv(traits, args, stream) < 0)
         throw_no_kernel(p, "fmha_fwd_splitkv");

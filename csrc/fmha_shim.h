@@ -2,9 +2,12 @@
 // the host C++ compiler builds: it must not include ck_tile (hipcc-only headers).
 #pragma once
 
+#include <cstdint>
+
 namespace flash_attn_rocm {
 
 struct CkFwdParams;
+struct CkSideTensorGuard;
 
 // Launches CK's fmha forward (or split-KV, for paged K/V) on params.stream. Throws
 // std::runtime_error (a Rust Err through cxx) when no kernel was built for the call, when the
@@ -13,5 +16,11 @@ void ck_fmha_fwd(const CkFwdParams& params);
 
 // Number of visible HIP devices; 0 for hipErrorNoDevice, throws on other HIP errors.
 int hip_device_count();
+
+// Queues the side-tensor guard kernel (csrc/side_tensor_guard.cpp) on guard.stream.
+void ck_guard_side_tensors(const CkSideTensorGuard& guard);
+
+// The guard's error bits recorded since the last call, cleared; no synchronization.
+uint32_t ck_take_side_tensor_errors();
 
 } // namespace flash_attn_rocm

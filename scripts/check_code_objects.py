@@ -14,8 +14,11 @@ For every kernel instance the build generated (manifest.txt, written by build/ck
   - the attention kernels use MFMA (v_mfma*) instructions;
   - no kernel makes a function call (s_swappc), i.e. everything was inlined;
 and every one of those kernel symbols is present in the linked binary's .hip_fatbin, so the
-linker kept all instances. Prints one line per instance (VGPRs, spills) and a summary; exits
-non-zero on the first class of failure found, listing every offender.
+linker kept all instances. With --require-tiles 32,64,...: every listed head-dim tile has a
+forward batch and a forward group instance, and those with split-KV kernels in this CK
+(SPLITKV_TILES) a split-KV and a combine instance. Prints a per-kernel table (VGPRs, VGPR
+spills) with a spill summary; exits non-zero on the first class of failure found, listing
+every offender.
 """
 import argparse
 import json
@@ -34,6 +37,8 @@ KERNEL_CLASS = {
 }
 # The combine kernel only rescales and sums partial outputs: no matrix multiply.
 NEEDS_MFMA = {"fwd", "fwd_splitkv"}
+# Head-dim tiles with split-KV kernels in this CK (src/rocm/splitkv.rs, CK_SPLITKV_TILES).
+SPLITKV_TILES = {32, 64, 128, 256}
 
 
 def run(args, **kwargs):
@@ -121,8 +126,30 @@ def check_instance(tools, kind, name, obj, workdir):
             spills.append(info.get("vgpr_spill", 0))
     if not symbols:
         problems.append(f"{name}: no {KERNEL_CLASS[kind]} kernel for {tools.arch}")
-    line = f"  {kind:20} vgpr {max(vgprs, default=-1):3} spill {max(spills, default=0):3}  {name}"
-    return symbols, problems, line
+    spill = max(spills, default=0)
+    line = f"  {kind:20} {max(vgprs, default=-1):5} {spill:6}  {name}"
+    return symbols, problems, line, spill
+
+
+def tile_of(name):
+    """The head-dim tile of a generated kernel name (fmha_fwd[_splitkv[_combine]]_d<hdim>_...)."""
+    match = re.search(r"_d(\d+)_", name)
+    return int(match.group(1)) if match else None
+
+
+def missing_families(expected, tiles):
+    """For each required tile, the kernel families the manifest lacks."""
+    have = {(kind, tile_of(name), "_group_" in name) for kind, name in expected}
+    problems = []
+    for tile in tiles:
+        wanted = [("fwd", True), ("fwd", False)]
+        if tile in SPLITKV_TILES:
+            wanted += [("fwd_splitkv", True), ("fwd_splitkv_combine", True)]
+        for kind, group in wanted:
+            if (kind, tile, group) not in have:
+                mode = "group" if group else "batch"
+                problems.append(f"tile d{tile}: no {kind} ({mode} mode) instance was built")
+    return problems
 
 
 def paths_from_cargo_json(messages_file):
@@ -156,6 +183,8 @@ def main():
     parser.add_argument("--binary")
     parser.add_argument("--arch", required=True)
     parser.add_argument("--llvm-bin", default="/usr/lib/llvm-21/bin")
+    parser.add_argument("--require-tiles", default="",
+                        help="comma-separated head-dim tiles that must have every kernel family")
     args = parser.parse_args()
     if args.cargo_json:
         args.archive, args.manifest, args.binary = paths_from_cargo_json(args.cargo_json)
@@ -165,7 +194,9 @@ def main():
 
     with open(args.manifest) as f:
         expected = [line.split() for line in f if line.strip() and not line.startswith("api ")]
-    problems, expected_symbols = [], set()
+    tiles = [int(t) for t in args.require_tiles.split(",") if t]
+    problems, expected_symbols, spills = missing_families(expected, tiles), set(), {}
+    print(f"  {'family':20} {'vgprs':>5} {'spills':>6}  instance ({args.arch})")
     with tempfile.TemporaryDirectory() as workdir:
         members = archive_members(tools, args.archive, workdir)
         for kind, name in expected:
@@ -173,13 +204,17 @@ def main():
             if obj is None:
                 problems.append(f"{name}: object missing from {args.archive}")
                 continue
-            symbols, found, line = check_instance(tools, kind, name, obj, workdir)
+            symbols, found, line, spills[name] = check_instance(tools, kind, name, obj, workdir)
             print(line)
             problems += found
             expected_symbols |= symbols
         linked = set()
         for code_object in tools.device_objects(args.binary, workdir, "binary"):
             linked |= set(tools.kernels(code_object))
+    spilling = {n: s for n, s in spills.items() if s > 0}
+    worst = max(spilling, key=spilling.get, default=None)
+    print(f"check: VGPR spills: {sum(spills.values())} in total, {len(spilling)} of {len(spills)} instances spill"
+          + (f", worst {spilling[worst]} ({worst})" if worst else ""))
     missing = expected_symbols - linked
     problems += [f"kernel missing from the linked binary: {s}" for s in sorted(missing)]
     print(f"check: {len(expected)} instances, {len(expected_symbols)} kernel symbols for "

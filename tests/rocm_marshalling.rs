@@ -9,7 +9,10 @@ mod common;
 use candle::{DType, Device, Tensor};
 use common::rng;
 use flash_attn_rocm::params::{AttnCall, Request, VarLenRequest};
-use flash_attn_rocm::rocm::{check_ck_params, check_supported, ck_fwd_params, split_kv_scratch_lens, CkBias, CkDtype, CkFwdParams, CkMask, DeviceBuffers};
+use flash_attn_rocm::rocm::{
+    check_ck_params, check_supported, ck_fwd_params, plan_split_kv, split_kv_scratch_lens, CkBias, CkDtype, CkFwdParams, CkMask,
+    DeviceBuffers, CK_MAX_SPLITS,
+};
 use rand::Rng;
 
 const BUFFERS: DeviceBuffers = common::outcome::FAKE_BUFFERS;
@@ -45,7 +48,7 @@ fn batch_params(rng: &mut rand::rngs::StdRng, c: &BatchCall, dtype: DType) -> (C
         varlen: None,
     };
     let call = AttnCall::new(&req, [dtype; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
-    (ck_fwd_params(&call, &BUFFERS).unwrap(), [b, s_q, s_k, h, h_k, d], q, kv)
+    (ck_fwd_params(&call, &BUFFERS, None).unwrap(), [b, s_q, s_k, h, h_k, d], q, kv)
 }
 
 fn check_batch_layout(p: &CkFwdParams, [b, s_q, s_k, h, h_k, d]: [usize; 6]) {
@@ -154,7 +157,7 @@ fn varlen_functions_marshal_group_mode() {
             varlen: Some(varlen),
         };
         let call = AttnCall::new(&req, [DType::BF16; 3], q.layout(), k.layout(), k.layout()).unwrap();
-        let p = ck_fwd_params(&call, &BUFFERS).unwrap();
+        let p = ck_fwd_params(&call, &BUFFERS, None).unwrap();
         let i = |x: usize| x as i32;
         assert!(p.is_group_mode, "{name}");
         assert_eq!((p.batch, p.seqlen_q, p.seqlen_k, p.max_seqlen_q), (i(lens.len()), i(tq), i(tk), i(max_q)), "{name}");
@@ -179,7 +182,7 @@ fn what_ck_cannot_serve_is_a_clear_error() {
         let slopes = zeros(&[2], DType::F32);
         let req = Request { softmax_scale: 1.0, alibi_slopes: alibi.then_some(&slopes), window_size_left: None, window_size_right: None, softcap, varlen: None };
         let call = AttnCall::new(&req, [dtype; 3], q.layout(), q.layout(), q.layout()).unwrap();
-        ck_fwd_params(&call, &BUFFERS).unwrap_err().to_string()
+        ck_fwd_params(&call, &BUFFERS, None).unwrap_err().to_string()
     };
     assert!(err(DType::F32, 64, false, None).contains("f16 or bf16"));
     assert!(err(DType::F16, 512, false, None).contains("head dims up to 256"));
@@ -192,12 +195,12 @@ fn what_ck_cannot_serve_is_a_clear_error() {
     let slopes = zeros(&[1], DType::F32);
     let req = Request { softmax_scale: 1.0, alibi_slopes: Some(&slopes), window_size_left: None, window_size_right: None, softcap: None, varlen: None };
     let call = AttnCall::new(&req, [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
-    let msg = ck_fwd_params(&call, &BUFFERS).unwrap_err().to_string();
+    let msg = ck_fwd_params(&call, &BUFFERS, None).unwrap_err().to_string();
     assert!(msg.contains("16-bit") && msg.contains(&long.to_string()), "{msg}");
     // Without ALiBi the same lengths are fine.
     let req = Request { alibi_slopes: None, ..req };
     let call = AttnCall::new(&req, [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
-    assert_eq!(ck_fwd_params(&call, &BUFFERS).unwrap().seqlen_k, long as i32);
+    assert_eq!(ck_fwd_params(&call, &BUFFERS, None).unwrap().seqlen_k, long as i32);
 }
 
 #[test]
@@ -251,7 +254,11 @@ fn paged_function_marshals_block_table_and_split_kv_scratch() {
     let req = Request { softmax_scale: 0.1, alibi_slopes: None, window_size_left: None, window_size_right: Some(0), softcap: None, varlen: Some(varlen) };
     let call = AttnCall::new(&req, [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
     let buffers = DeviceBuffers { block_table_row_stride: table.stride()[0], ..BUFFERS };
-    let p = ck_fwd_params(&call, &buffers).unwrap();
+    // A paged call needs its split plan; an MI300X-sized device (304 CUs) or a small one.
+    assert!(ck_fwd_params(&call, &buffers, None).unwrap_err().to_string().contains("split-KV plan"));
+    let units = [304, 228, 104, 1][rng.gen_range(0..4)];
+    let split = plan_split_kv(&call, "64,128", units).unwrap();
+    let p = ck_fwd_params(&call, &buffers, Some(&split)).unwrap();
     let i = |x: usize| x as i32;
     assert!(p.is_group_mode);
     assert_eq!((p.block_table_ptr, p.page_block_size, p.batch_stride_block_table), (BUFFERS.block_table, i(page), i(max_blocks + 3)));
@@ -268,12 +275,20 @@ fn paged_function_marshals_block_table_and_split_kv_scratch() {
     assert_eq!((p.batch, p.seqlen_q, p.max_seqlen_q), (i(lens.len()), i(total_q), i(max_q)));
     assert_eq!((p.mask_type, p.window_size_left, p.window_size_right), (CkMask::BottomRight, i(max_k), 0));
     assert_eq!((p.lse_acc_ptr, p.o_acc_ptr), (BUFFERS.lse_acc, BUFFERS.o_acc));
-    assert_eq!(split_kv_scratch_lens(&call), (h * total_q, h * total_q * d));
+    // Accumulators (h, splits, total_q[, d]) as mha_varlen_fwd.cpp lays them out.
+    let n = split.num_splits;
+    assert!((1..=CK_MAX_SPLITS).contains(&n) && n <= units && n <= max_k.div_ceil(128).max(1), "{n} splits");
+    assert_eq!(p.num_splits, i(n));
+    assert_eq!((p.nhead_stride_lse_acc, p.split_stride_lse_acc), (i(n * total_q), i(total_q)));
+    assert_eq!((p.nhead_stride_o_acc, p.split_stride_o_acc, p.stride_o_acc), (i(n * total_q * d), i(total_q * d), i(d)));
+    assert_eq!(split_kv_scratch_lens(&call, &split), (h * n * total_q, h * n * total_q * d));
+    assert!(check_ck_params(&CkFwdParams { num_splits: 0, ..p }).unwrap_err().to_string().contains("num_splits"));
+    assert!(check_ck_params(&CkFwdParams { num_splits: 129, ..p }).unwrap_err().to_string().contains("num_splits"));
     // Batch-layout calls never carry paging or scratch.
     let b = zeros(&[1, 3, h, d], DType::F16);
     let req = Request { varlen: None, ..req };
     let call = AttnCall::new(&req, [DType::F16; 3], b.layout(), b.layout(), b.layout()).unwrap();
-    let p = ck_fwd_params(&call, &BUFFERS).unwrap();
+    let p = ck_fwd_params(&call, &BUFFERS, None).unwrap();
     assert_eq!((p.block_table_ptr, p.page_block_size, p.lse_acc_ptr, p.o_acc_ptr), (0, 0, 0, 0));
     // Page sizes CK's split-KV kernels cannot take.
     let small = zeros(&[num_blocks * 2, 64, h_k, d], DType::F16);
@@ -281,7 +296,7 @@ fn paged_function_marshals_block_table_and_split_kv_scratch() {
     let varlen = VarLenRequest { block_table: Some(&table64), page_block_size: Some(64), ..varlen };
     let req = Request { varlen: Some(varlen), ..req };
     let call = AttnCall::new(&req, [DType::F16; 3], q.layout(), small.layout(), small.layout()).unwrap();
-    assert!(ck_fwd_params(&call, &BUFFERS).unwrap_err().to_string().contains("multiple of 128"));
+    assert!(ck_fwd_params(&call, &BUFFERS, None).unwrap_err().to_string().contains("multiple of 128"));
 }
 
 /// Issue 8 item 2: CK multiplies the raw scale into exp2 with a running max starting at -inf,
@@ -315,12 +330,12 @@ fn ck_refuses_views_not_16_byte_aligned() {
     let req = Request { softmax_scale: 0.1, alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None, varlen: None };
     let kv = zeros(&[1, s, h, d], DType::BF16);
     let call = AttnCall::new(&req, [DType::BF16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
-    let err = ck_fwd_params(&call, &BUFFERS).unwrap_err().to_string();
+    let err = ck_fwd_params(&call, &BUFFERS, None).unwrap_err().to_string();
     assert!(err.contains("16 bytes") && err.contains(&format!("offset {shift}")), "{err}");
     // The same data 8 elements in is fine.
     let q = zeros(&[s * h * d + 8], DType::BF16).narrow(0, 8, s * h * d).unwrap().reshape((1, s, h, d)).unwrap();
     let call = AttnCall::new(&req, [DType::BF16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
-    ck_fwd_params(&call, &BUFFERS).unwrap();
+    ck_fwd_params(&call, &BUFFERS, None).unwrap();
 }
 
 /// Issue 8 item 5: the low-level API's parameters are checked before they reach the shim:
@@ -346,4 +361,51 @@ fn low_level_params_are_checked_before_the_shim() {
         let err = check_ck_params(&params).unwrap_err().to_string();
         assert!(err.contains(needle), "expected `{needle}` in `{err}`");
     }
+}
+
+/// Issue 8 item 3: paged decode splits its keys to fill the device (CK's split-KV path ran one
+/// split before); GQA decode on the 128 tile counts k/v heads, as CK merges the query heads of
+/// one k/v head into its query rows there.
+#[test]
+fn paged_decode_splits_keys_over_the_compute_units() {
+    let mut rng = rng("paged_decode_splits_keys_over_the_compute_units");
+    let (batch, page) = (rng.gen_range(1..3), 128);
+    let keys = rng.gen_range(16_384..65_536usize);
+    let (h_k, group) = (rng.gen_range(1..5), 4);
+    let blocks = keys.div_ceil(page);
+    let table = Tensor::new((0..(batch * blocks) as u32).collect::<Vec<_>>(), &Device::Cpu).unwrap().reshape((batch, blocks)).unwrap();
+    let cu_q = u32s(&(0..=batch as u32).collect::<Vec<_>>());
+    let cu_k = u32s(&(0..=batch).map(|b| (b * keys) as u32).collect::<Vec<_>>());
+    let plan = |d: usize, units: usize| {
+        let q = zeros(&[batch, h_k * group, d], DType::BF16);
+        let kv = zeros(&[batch * blocks, page, h_k, d], DType::BF16);
+        let varlen = VarLenRequest {
+            seqlens_q: &cu_q,
+            seqlens_k: &cu_k,
+            max_seqlen_q: 1,
+            max_seqlen_k: keys,
+            block_table: Some(&table),
+            page_block_size: Some(page),
+            mm_prefix_ranges: None,
+        };
+        let req = Request { softmax_scale: 0.1, alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None, varlen: Some(varlen) };
+        let call = AttnCall::new(&req, [DType::BF16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
+        plan_split_kv(&call, "64,128", units).unwrap()
+    };
+    for units in [304, 256, 228, 104] {
+        // d = 128, merged: batch * h_k blocks per split.
+        let merged = plan(128, units);
+        let work = batch * h_k;
+        assert_eq!(merged.tile.hdim, 128);
+        assert!(merged.num_splits > 1 && work * merged.num_splits <= units, "{units} CUs: {merged:?}");
+        // At least 70% of the blocks the device (or CK's split limit) can take at once.
+        assert!(100 * work * merged.num_splits >= 70 * units.min(work * CK_MAX_SPLITS), "{units} CUs: {merged:?}");
+        // d = 64: one block per query head.
+        let per_head = plan(64, units);
+        let work = batch * h_k * group;
+        assert!(work * per_head.num_splits <= units.max(work), "{units} CUs: {per_head:?}");
+        assert!(per_head.num_splits <= merged.num_splits);
+    }
+    // A device already full of query blocks does not split.
+    assert_eq!(plan(64, 1).num_splits, 1);
 }

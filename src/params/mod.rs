@@ -18,7 +18,7 @@ mod tests;
 use candle::{DType, Layout, Result, Tensor};
 
 pub use layout::TensorView;
-pub use sequences::{Paging, Sequence, Sequences};
+pub use sequences::{Paging, Sequence, Sequences, UnreadSequences};
 pub use side::{AlibiSpec, MmPrefixSpec};
 pub use window::Window;
 
@@ -86,13 +86,39 @@ pub struct AttnCall {
 }
 
 impl AttnCall {
-    /// Validates a request against the q/k/v dtypes and layouts and normalizes it.
+    /// Validates a request against the q/k/v dtypes and layouts and normalizes it, reading the
+    /// varlen seqlens and block table (a device-to-host copy when they live on a GPU).
     pub fn new(
         req: &Request<'_>,
         dtypes: [DType; 3],
         q: &Layout,
         k: &Layout,
         v: &Layout,
+    ) -> Result<Self> {
+        Self::build(req, dtypes, q, k, v, true)
+    }
+
+    /// As [`AttnCall::new`], but the varlen seqlens and block table are checked by shape only
+    /// and left unread (`seqs.unread()` is `Some`): no device-to-host copy. Whoever launches
+    /// the call must then keep out-of-range values from reaching a kernel (the ROCm CK path
+    /// does so on the device: `rocm::guard`).
+    pub fn on_device(
+        req: &Request<'_>,
+        dtypes: [DType; 3],
+        q: &Layout,
+        k: &Layout,
+        v: &Layout,
+    ) -> Result<Self> {
+        Self::build(req, dtypes, q, k, v, false)
+    }
+
+    fn build(
+        req: &Request<'_>,
+        dtypes: [DType; 3],
+        q: &Layout,
+        k: &Layout,
+        v: &Layout,
+        read_values: bool,
     ) -> Result<Self> {
         let [q_dtype, k_dtype, v_dtype] = dtypes;
         if q_dtype != k_dtype || q_dtype != v_dtype {
@@ -116,7 +142,11 @@ impl AttnCall {
                 (seqs, shapes.seqlen_q, shapes.seqlen_k)
             }
             Some(varlen) => {
-                let seqs = Sequences::from_varlen(varlen, &shapes, k)?;
+                let seqs = if read_values {
+                    Sequences::from_varlen(varlen, &shapes, k)?
+                } else {
+                    Sequences::from_varlen_unread(varlen, &shapes, k)?
+                };
                 (seqs, varlen.max_seqlen_q, varlen.max_seqlen_k)
             }
         };

@@ -41,6 +41,17 @@ impl Paging {
 pub struct Sequences {
     list: Vec<Sequence>,
     pub paging: Option<Paging>,
+    /// Set when the varlen values were left on the device ([`super::AttnCall::on_device`]):
+    /// `list` and `paging.table` are then empty, and only the shapes were checked.
+    unread: Option<UnreadSequences>,
+}
+
+/// What is known of varlen sequences whose cumulative seqlens (and block table) were not read:
+/// the batch size and the rows of k (varlen) or k/v blocks (paged), from the shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnreadSequences {
+    pub batch: usize,
+    pub rows_k: usize,
 }
 
 impl Sequences {
@@ -54,7 +65,35 @@ impl Sequences {
                 out_row: b * seqlen_q,
             })
             .collect();
-        Self { list, paging: None }
+        Self { list, paging: None, unread: None }
+    }
+
+    /// Varlen sequences checked by shape only: dtypes, ranks, contiguity, the seqlens' equal
+    /// lengths and the block table's shape. Nothing is read, so nothing is synchronized; the
+    /// values must be validated where they are used (the ROCm backend's device-side guard).
+    pub(super) fn from_varlen_unread(req: &VarLenRequest<'_>, shapes: &Shapes, k: &Layout) -> Result<Self> {
+        let batch = check_seqlens_tensor("seqlens_q", req.seqlens_q)? - 1;
+        if check_seqlens_tensor("seqlens_k", req.seqlens_k)? != batch + 1 {
+            candle::bail!(
+                "flash-attn: seqlens_q and seqlens_k must have the same length, got {} and {}",
+                batch + 1,
+                req.seqlens_k.dim(0)?
+            )
+        }
+        let paging = match req.block_table {
+            Some(table) => {
+                let page = Paging::check_page_size(req.page_block_size, shapes, k)?;
+                let max_blocks = Paging::check_table_shape(table, batch)?;
+                Some(Paging { page_block_size: page, num_blocks: shapes.rows_k, max_blocks, table: Vec::new() })
+            }
+            None => None,
+        };
+        Ok(Self { list: Vec::new(), paging, unread: Some(UnreadSequences { batch, rows_k: shapes.rows_k }) })
+    }
+
+    /// `Some` when the per-sequence values were left on the device (see [`UnreadSequences`]).
+    pub fn unread(&self) -> Option<UnreadSequences> {
+        self.unread
     }
 
     pub(super) fn from_varlen(req: &VarLenRequest<'_>, shapes: &Shapes, k: &Layout) -> Result<Self> {
@@ -86,15 +125,16 @@ impl Sequences {
             Some(table) => Some(Paging::check(table, req.page_block_size, shapes, k, &list)?),
             None => None,
         };
-        Ok(Self { list, paging })
+        Ok(Self { list, paging, unread: None })
     }
 
+    /// The batch size.
     pub fn len(&self) -> usize {
-        self.list.len()
+        self.unread.map_or(self.list.len(), |u| u.batch)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
+        self.len() == 0
     }
 
     #[inline]
@@ -102,12 +142,19 @@ impl Sequences {
         self.list[b]
     }
 
+    /// The sequences (none when they were left unread on the device).
     pub fn iter(&self) -> impl Iterator<Item = &Sequence> {
         self.list.iter()
     }
 }
 
 fn read_seqlens(name: &str, t: &Tensor) -> Result<Vec<u32>> {
+    check_seqlens_tensor(name, t)?;
+    t.to_vec1::<u32>()
+}
+
+/// Checks a cumulative seqlens tensor's dtype and shape; returns its length (batch + 1).
+fn check_seqlens_tensor(name: &str, t: &Tensor) -> Result<usize> {
     if t.dtype() != DType::U32 {
         candle::bail!("flash-attn: {name} must be u32, got {:?}", t.dtype())
     }
@@ -123,7 +170,7 @@ fn read_seqlens(name: &str, t: &Tensor) -> Result<Vec<u32>> {
             t.dim(0)?
         )
     }
-    t.to_vec1::<u32>()
+    t.dim(0)
 }
 
 fn check_cumulative(
@@ -167,32 +214,13 @@ impl Paging {
         k: &Layout,
         seqs: &[Sequence],
     ) -> Result<Self> {
-        let page = shapes.page_block_size;
-        match page_block_size {
-            None => candle::bail!("flash-attn: paged k/v requires page_block_size"),
-            Some(0) => candle::bail!("flash-attn: page_block_size must be > 0"),
-            Some(p) if p != page => candle::bail!(
-                "flash-attn: page_block_size {p} does not match k shape {:?} (dim 1 = {page})",
-                k.dims()
-            ),
-            Some(_) => {}
-        }
+        let page = Self::check_page_size(page_block_size, shapes, k)?;
+        let max_blocks = Self::check_table_shape(table, seqs.len())?;
         // Read in its own dtype (a device-side cast would cost a launch on GPUs).
         let values: Vec<i64> = match table.dtype() {
             DType::U32 => table.flatten_all()?.to_vec1::<u32>()?.into_iter().map(i64::from).collect(),
-            DType::I32 => table.flatten_all()?.to_vec1::<i32>()?.into_iter().map(i64::from).collect(),
-            dt => candle::bail!("flash-attn: block_table must be u32 or i32, got {dt:?}"),
+            _ => table.flatten_all()?.to_vec1::<i32>()?.into_iter().map(i64::from).collect(),
         };
-        let (rows, max_blocks) = match table.dims() {
-            &[r, c] => (r, c),
-            dims => candle::bail!("flash-attn: block_table must be (batch, max_blocks), got {dims:?}"),
-        };
-        if rows != seqs.len() {
-            candle::bail!(
-                "flash-attn: block_table has {rows} rows, expected batch size {}",
-                seqs.len()
-            )
-        }
         let num_blocks = shapes.rows_k;
         for (b, seq) in seqs.iter().enumerate() {
             let needed = seq.k_len.div_ceil(page);
@@ -214,5 +242,34 @@ impl Paging {
         // the table stays rectangular.
         let table = values.iter().map(|&v| v.clamp(0, u32::MAX as i64) as u32).collect();
         Ok(Self { page_block_size: page, num_blocks, max_blocks, table })
+    }
+
+    /// The request's page size, which must match k's dim 1.
+    fn check_page_size(page_block_size: Option<usize>, shapes: &Shapes, k: &Layout) -> Result<usize> {
+        let page = shapes.page_block_size;
+        match page_block_size {
+            None => candle::bail!("flash-attn: paged k/v requires page_block_size"),
+            Some(0) => candle::bail!("flash-attn: page_block_size must be > 0"),
+            Some(p) if p != page => candle::bail!(
+                "flash-attn: page_block_size {p} does not match k shape {:?} (dim 1 = {page})",
+                k.dims()
+            ),
+            Some(_) => Ok(page),
+        }
+    }
+
+    /// The table's dtype and `(batch, max_blocks)` shape; returns `max_blocks`.
+    fn check_table_shape(table: &Tensor, batch: usize) -> Result<usize> {
+        if !matches!(table.dtype(), DType::U32 | DType::I32) {
+            candle::bail!("flash-attn: block_table must be u32 or i32, got {:?}", table.dtype())
+        }
+        let (rows, max_blocks) = match table.dims() {
+            &[r, c] => (r, c),
+            dims => candle::bail!("flash-attn: block_table must be (batch, max_blocks), got {dims:?}"),
+        };
+        if rows != batch {
+            candle::bail!("flash-attn: block_table has {rows} rows, expected batch size {batch}")
+        }
+        Ok(max_blocks)
     }
 }

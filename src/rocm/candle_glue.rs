@@ -10,13 +10,20 @@
 //! ([`super::dispatch`]); the Triton ones are launched through HIP loaded at run time
 //! ([`crate::gpu`]) on the same stream.
 //!
+//! Side tensors: the call is first validated by shape only ([`AttnCall::on_device`]): CK calls
+//! never copy seqlens or block tables to the host; the device-side guard ([`super::guard`])
+//! clamps them on the stream before CK reads them. Calls served by the Triton kernels are
+//! validated on the host as before (one device-to-host copy per varlen/paged call).
+//!
 //! Ordering: that backend queues every operation of a device on the device's single stream and
 //! recycles a freed buffer into the next allocation without synchronizing. Launching on that
 //! same stream (`RocmDevice::stream().as_raw()`) is what makes reading q/k/v and writing the
 //! freshly allocated output sound without any host synchronization.
 
 use super::dispatch::{choose, Built, KernelChoice, KernelFamily};
-use super::marshal::{ck_fwd_params, lse_buffer_required, split_kv_scratch_lens, DeviceBuffers};
+use super::marshal::{ck_fwd_params, lse_buffer_required, DeviceBuffers};
+use super::guard::{guard_params, guard_scratch_len, guard_side_tensors, guarded_buffers};
+use super::splitkv::{plan_split_kv, split_kv_scratch_lens};
 use crate::params::{AttnCall, Mode, Request};
 use candle::rocm_backend::rocm_rs::hip::bindings as hip;
 use candle::rocm_backend::RocmStorageSlice;
@@ -63,13 +70,7 @@ fn run(
         }
     }
     let dtypes = [q.slice.dtype(), k.slice.dtype(), v.slice.dtype()];
-    let call = AttnCall::new(req, dtypes, q_l, k_l, v_l)?;
-
-    // Rows of sequences are written by the kernels; rows past the last sequence get what the
-    // CPU backend returns (output 0, LSE -inf). CK is not launched for a call without keys
-    // (flash-attention's CK backend skips seqlen_k == 0), so its rows are prefilled too.
-    let rows_written: usize = call.seqs.iter().map(|s| s.q_len).sum();
-    let any_keys = call.seqs.iter().any(|s| s.q_len > 0 && s.k_len > 0);
+    let call = AttnCall::on_device(req, dtypes, q_l, k_l, v_l)?;
     let out_len = call.total_q * call.num_heads * call.head_dim;
     let stream = dev.stream().as_raw();
     // HIP's current device is per thread: make q's current (a thread-local store) so that the
@@ -80,8 +81,24 @@ fn run(
     };
     driver.set_device(gpu_id as i32)?;
     let (_, info) = crate::triton::current_device(driver)?;
-    let built = Built { ck_archs: super::CK_ARCHS, ck_hdims: super::CK_HDIMS, triton: crate::triton::KERNELS };
+    let built = Built { ck_archs: super::CK_ARCHS, ck_hdims: super::CK_HDIMS, ck_splitkv_hdims: super::CK_SPLITKV_HDIMS, triton: crate::triton::KERNELS };
     let family = choose(&call, &info.arch, KernelChoice::from_env()?, &built)?;
+    // The Triton kernels take host-validated side tensors.
+    let call = match family {
+        KernelFamily::Triton(_) if call.seqs.unread().is_some() => AttnCall::new(req, dtypes, q_l, k_l, v_l)?,
+        _ => call,
+    };
+    // Rows of sequences are written by the kernels; rows past the last sequence get what the
+    // CPU backend returns (output 0, LSE -inf). CK is not launched for a call without keys
+    // (flash-attention's CK backend skips seqlen_k == 0), so its rows are prefilled too. With
+    // the seqlens left on the device, every row is prefilled (the guard may empty sequences).
+    let (rows_written, any_keys) = match call.seqs.unread() {
+        None => (
+            call.seqs.iter().map(|s| s.q_len).sum(),
+            call.seqs.iter().any(|s| s.q_len > 0 && s.k_len > 0),
+        ),
+        Some(_) => (0, call.max_seqlen_q > 0 && call.max_seqlen_k > 0),
+    };
     let launched = match family {
         KernelFamily::Ck => any_keys,
         KernelFamily::Triton(_) => true,
@@ -108,7 +125,7 @@ fn run(
         };
         attach_side_tensors(req, &call, dev, &mut buffers)?;
         match family {
-            KernelFamily::Ck => launch_ck(&call, dev, buffers)?,
+            KernelFamily::Ck => launch_ck(&call, dev, info.units, buffers)?,
             KernelFamily::Triton(kernels) => launch_triton(driver, &call, dev, kernels, info.units, buffers)?,
         }
     }
@@ -117,21 +134,40 @@ fn run(
     Ok((out, lse, call))
 }
 
-/// Queues CK's kernels; the split-KV accumulators of paged calls come from candle's allocator,
-/// freed once queued, which the stream orders after the kernel.
-fn launch_ck(call: &AttnCall, dev: &RocmDevice, mut buffers: DeviceBuffers) -> Result<()> {
-    let scratch = match call.mode {
-        Mode::Paged => {
-            let (lse_len, o_len) = split_kv_scratch_lens(call);
+/// Queues CK's kernels; paged calls split their keys over the device's `units` compute units
+/// (cached per device), with accumulators from candle's allocator, freed once queued, which
+/// the stream orders after the kernel.
+fn launch_ck(call: &AttnCall, dev: &RocmDevice, units: usize, mut buffers: DeviceBuffers) -> Result<()> {
+    // Out-of-range side tensors of an earlier call, found by its guard since.
+    super::take_side_tensor_errors()?;
+    let guard_scratch = (call.mode != Mode::Batch).then(|| dev.alloc::<u32>(guard_scratch_len(call))).transpose()?;
+    let guard = match &guard_scratch {
+        Some(scratch) => guard_params(call, &buffers, scratch.as_ptr() as usize)?,
+        None => None,
+    };
+    if let Some(guard) = guard {
+        // SAFETY: the inputs are the caller's seqlens/table (checked by shape against `call`),
+        // the outputs the scratch just allocated with `guard_scratch_len` elements; all stay
+        // alive until the stream has run the guard (as for the kernels below).
+        unsafe { guard_side_tensors(&guard) }?;
+        buffers = guarded_buffers(&buffers, &guard);
+    }
+    let split = match call.mode {
+        Mode::Paged => Some(plan_split_kv(call, super::CK_SPLITKV_HDIMS, units)?),
+        _ => None,
+    };
+    let scratch = match &split {
+        Some(split) => {
+            let (lse_len, o_len) = split_kv_scratch_lens(call, split);
             Some((dev.alloc::<f32>(lse_len)?, dev.alloc::<f32>(o_len)?))
         }
-        _ => None,
+        None => None,
     };
     if let Some((lse_acc, o_acc)) = &scratch {
         buffers.lse_acc = lse_acc.as_ptr() as usize;
         buffers.o_acc = o_acc.as_ptr() as usize;
     }
-    let params = ck_fwd_params(call, &buffers)?;
+    let params = ck_fwd_params(call, &buffers, split.as_ref())?;
     // SAFETY: q/k/v and the side tensors are live allocations of this device that
     // `AttnCall::new` checked against the sizes and strides in `params`; the output and LSE
     // were just allocated with the sizes CK writes and alias nothing. All of them stay valid

@@ -3,7 +3,8 @@
 //! head dims off its tiles, any page size, softcap with ALiBi, mm_prefix_ranges).
 //! `FLASH_ATTN_ROCM_KERNELS=auto|ck|triton` forces one, for comparisons and tests. Pure Rust.
 use super::marshal::check_supported;
-use crate::params::AttnCall;
+use super::splitkv::splitkv_tile;
+use crate::params::{AttnCall, Mode};
 use crate::triton::{select, KernelImage, Kernels};
 use candle::Result;
 
@@ -47,6 +48,8 @@ impl KernelChoice {
 pub struct Built<'a> {
     pub ck_archs: &'a str,
     pub ck_hdims: &'a str,
+    /// The head-dim tiles of the split-KV kernels (paged K/V), a subset of `ck_hdims`.
+    pub ck_splitkv_hdims: &'a str,
     pub triton: &'static [KernelImage],
 }
 
@@ -60,6 +63,12 @@ impl Built<'_> {
         let tiles = self.ck_hdims.split(',').filter_map(|h| h.parse::<usize>().ok());
         if !tiles.clone().any(|t| t >= call.head_dim) {
             return Some(format!("no CK head-dim tile >= {} was built ({})", call.head_dim, self.ck_hdims));
+        }
+        // Paged calls run on the smallest built split-KV tile that holds the head dim.
+        if call.mode == Mode::Paged {
+            if let Err(e) = splitkv_tile(call.head_dim, self.ck_splitkv_hdims) {
+                return Some(e.to_string());
+            }
         }
         check_supported(call).err().map(|e| e.to_string())
     }
@@ -124,7 +133,7 @@ mod tests {
 
     #[test]
     fn auto_prefers_ck_and_falls_back_to_triton() {
-        let built = Built { ck_archs: "gfx942", ck_hdims: "64,128", triton: images("gfx942") };
+        let built = Built { ck_archs: "gfx942", ck_hdims: "64,128", ck_splitkv_hdims: "64,128", triton: images("gfx942") };
         assert!(matches!(choose(&call(128), "gfx942", KernelChoice::Auto, &built).unwrap(), KernelFamily::Ck));
         assert!(matches!(choose(&call(40), "gfx942", KernelChoice::Auto, &built).unwrap(), KernelFamily::Ck));
         // Head dim 256: no CK tile built; Triton serves it.
@@ -132,19 +141,51 @@ mod tests {
             panic!("head dim 256 should go to Triton")
         };
         assert_eq!(k.fwd.block_d, 256);
-        let rdna = Built { ck_archs: "gfx942", ck_hdims: "64,128", triton: images("gfx1100") };
+        let rdna = Built { ck_archs: "gfx942", ck_hdims: "64,128", ck_splitkv_hdims: "64,128", triton: images("gfx1100") };
         assert!(matches!(choose(&call(128), "gfx1100", KernelChoice::Auto, &rdna).unwrap(), KernelFamily::Triton(_)));
     }
 
     #[test]
     fn forced_choices_and_refusals_say_why() {
-        let built = Built { ck_archs: "gfx942", ck_hdims: "64,128", triton: images("gfx942") };
+        let built = Built { ck_archs: "gfx942", ck_hdims: "64,128", ck_splitkv_hdims: "64,128", triton: images("gfx942") };
         assert!(matches!(choose(&call(64), "gfx942", KernelChoice::Triton, &built).unwrap(), KernelFamily::Triton(_)));
         let err = choose(&call(256), "gfx942", KernelChoice::Ck, &built).unwrap_err().to_string();
         assert!(err.contains("FLASH_ATTN_ROCM_KERNELS=ck") && err.contains("tile >= 256"), "{err}");
-        let none = Built { ck_archs: "", ck_hdims: "", triton: images("gfx942") };
+        let none = Built { ck_archs: "", ck_hdims: "", ck_splitkv_hdims: "", triton: images("gfx942") };
         let err = choose(&call(64), "gfx1201", KernelChoice::Auto, &none).unwrap_err().to_string();
         assert!(err.contains("CK was built for []") && err.contains("no Triton kernel built for gfx1201"), "{err}");
+    }
+
+    fn paged_call(d: usize) -> AttnCall {
+        let dev = &Device::Cpu;
+        let seqlens = Tensor::new(&[0u32, 1, 2], dev).unwrap();
+        let seqlens_k = Tensor::new(&[0u32, 300, 700], dev).unwrap();
+        let table = Tensor::new(&[[0u32, 1, 2, 3], [4, 5, 6, 7]], dev).unwrap();
+        let varlen = crate::params::VarLenRequest {
+            seqlens_q: &seqlens,
+            seqlens_k: &seqlens_k,
+            max_seqlen_q: 1,
+            max_seqlen_k: 400,
+            block_table: Some(&table),
+            page_block_size: Some(128),
+            mm_prefix_ranges: None,
+        };
+        let req = Request { softmax_scale: 0.1, alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None, varlen: Some(varlen) };
+        let q = Tensor::zeros((2, 4, d), DType::F16, dev).unwrap();
+        let kv = Tensor::zeros((8, 128, 4, d), DType::F16, dev).unwrap();
+        AttnCall::new(&req, [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap()
+    }
+
+    #[test]
+    fn paged_calls_need_a_splitkv_tile() {
+        // d = 96 has a forward tile but no split-KV tile of its own: it runs on the 128 one.
+        let built = Built { ck_archs: "gfx942", ck_hdims: "64,96,128", ck_splitkv_hdims: "64,128", triton: images("gfx942") };
+        assert!(matches!(choose(&paged_call(96), "gfx942", KernelChoice::Ck, &built).unwrap(), KernelFamily::Ck));
+        let only_96 = Built { ck_hdims: "64,96", ck_splitkv_hdims: "64", ..built };
+        let err = choose(&paged_call(96), "gfx942", KernelChoice::Ck, &only_96).unwrap_err().to_string();
+        assert!(err.contains("split-KV tile >= 96") && err.contains("FLASH_ATTN_ROCM_HDIMS"), "{err}");
+        // The non-paged call of that head dim still runs on CK's 96 forward tile.
+        assert!(matches!(choose(&call(96), "gfx942", KernelChoice::Ck, &only_96).unwrap(), KernelFamily::Ck));
     }
 
     #[test]

@@ -108,10 +108,56 @@ pub mod bridge {
         // Paged K/V.
         page_block_size: i32,
         batch_stride_block_table: i32,
-        /// Split-KV accumulators (paged only, required there): f32 `(h, total_q)` and
-        /// `(h, total_q, hdim_v)` for the single split, as `rocm::split_kv_scratch_lens` sizes.
+        /// Split-KV accumulators (paged only, required there): f32 `(h, splits, total_q)` and
+        /// `(h, splits, total_q, hdim_v)`, as `rocm::split_kv_scratch_lens` sizes them.
         lse_acc_ptr: usize,
         o_acc_ptr: usize,
+        /// Key splits of the split-KV kernels (paged only; 1..=`rocm::CK_MAX_SPLITS`), chosen
+        /// by `rocm::plan_split_kv`; their partial results are merged by CK's combine kernel.
+        num_splits: i32,
+        /// Accumulator strides in f32 elements (`rocm::AccumulatorStrides`).
+        nhead_stride_lse_acc: i32,
+        split_stride_lse_acc: i32,
+        stride_o_acc: i32,
+        split_stride_o_acc: i32,
+        nhead_stride_o_acc: i32,
+    }
+
+    /// The device-side guard of the varlen/paged side tensors (`rocm::guard`): the kernel
+    /// copies `*_in` to `*_out` (scratch of `rocm::GuardScratch` layout) with every out-of-range
+    /// value replaced: a cumulative seqlen that steps back, passes `rows_q`/`rows_k` or makes
+    /// a sequence longer than `max_seqlen_q/k` becomes a zero-length sequence; a block id
+    /// outside `0..num_blocks` becomes block 0. Pointers are device addresses of i32 (u32 read
+    /// as i32) arrays; the output table is contiguous (`max_blocks` columns).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    struct CkSideTensorGuard {
+        seqstart_q_in: usize,
+        seqstart_k_in: usize,
+        /// 0 when the call is not paged.
+        block_table_in: usize,
+        block_table_row_stride: i32,
+        seqstart_q_out: usize,
+        seqstart_k_out: usize,
+        block_table_out: usize,
+        batch: i32,
+        rows_q: i32,
+        /// Rows of k/v (varlen), or `i32::MAX` for paged K/V (whose seqlens index no rows).
+        rows_k: i32,
+        max_seqlen_q: i32,
+        max_seqlen_k: i32,
+        num_blocks: i32,
+        max_blocks: i32,
+        page_block_size: i32,
+        stream: usize,
+    }
+
+    /// Bits of the guard's error flag: which side tensor held an out-of-range value.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[repr(u32)]
+    enum SideTensorFault {
+        SeqlensQ = 1,
+        SeqlensK = 2,
+        BlockTable = 4,
     }
 
     // Only when the build script built CK and the shim (a `rocm` build with a CK arch).
@@ -132,10 +178,23 @@ pub mod bridge {
         /// Number of HIP devices visible; 0 when the runtime reports no device. Other HIP
         /// errors (a broken driver install) are errors.
         fn hip_device_count() -> Result<i32>;
+
+        /// Queues the side-tensor guard kernel on `guard.stream`.
+        ///
+        /// # Safety
+        /// The `*_in` pointers must be device arrays of `batch + 1` (seqstarts) and
+        /// `batch x block_table_row_stride` (table) i32, the `*_out` ones scratch of
+        /// `batch + 1` and `batch x max_blocks` i32, all live until the stream has run it;
+        /// `stream` a valid `hipStream_t` of the current device, or 0.
+        unsafe fn ck_guard_side_tensors(guard: &CkSideTensorGuard) -> Result<()>;
+
+        /// The guard's error bits (`SideTensorFault`) recorded since the last call, cleared:
+        /// reads mapped host memory, no synchronization.
+        fn ck_take_side_tensor_errors() -> Result<u32>;
     }
 }
 
-pub use bridge::{CkBias, CkDtype, CkFwdParams, CkMask};
+pub use bridge::{CkBias, CkDtype, CkFwdParams, CkMask, CkSideTensorGuard, SideTensorFault};
 
 impl Default for CkFwdParams {
     /// No pointers, zero sizes and strides, fp16, no mask (windows -1), no bias, no softcap,
@@ -189,6 +248,12 @@ impl Default for CkFwdParams {
             batch_stride_block_table: 0,
             lse_acc_ptr: 0,
             o_acc_ptr: 0,
+            num_splits: 0,
+            nhead_stride_lse_acc: 0,
+            split_stride_lse_acc: 0,
+            stride_o_acc: 0,
+            split_stride_o_acc: 0,
+            nhead_stride_o_acc: 0,
         }
     }
 }

@@ -15,6 +15,19 @@ pub const CK_HDIMS: &str = match option_env!("FLASH_ATTN_ROCM_CK_HDIMS") {
     Some(hdims) => hdims,
     None => "",
 };
+/// The head-dim tiles of this build's CK split-KV kernels (paged K/V), as generated: empty
+/// without CK or with `FLASH_ATTN_ROCM_PAGED=0`; never 96, 160 or 192 (see `rocm::splitkv`).
+pub const CK_SPLITKV_HDIMS: &str = match option_env!("FLASH_ATTN_ROCM_CK_SPLITKV_HDIMS") {
+    Some(hdims) => hdims,
+    None => "",
+};
+
+/// Compute units of the current HIP device, for `rocm::plan_split_kv`: asked once per device
+/// (hipDeviceGetAttribute through HIP loaded at run time) and cached for the process.
+pub fn compute_units() -> candle::Result<usize> {
+    let (_, info) = crate::triton::current_device(crate::gpu::Driver::hip()?)?;
+    Ok(info.units)
+}
 
 /// What this build holds: the requested GPU archs, then the archs with Triton kernels (head-dim
 /// tiles, dtypes, filter) and those with CK kernels (head-dim tiles, dtypes, LSE and paged

@@ -2,6 +2,7 @@
 //! following flash-attention's csrc/flash_attn_ck (mha_fwd.cpp, mha_varlen_fwd.cpp). Pure Rust:
 //! compiled and tested in every build, whether or not ROCm is present.
 use super::ffi::{CkBias, CkDtype, CkFwdParams, CkMask};
+use super::splitkv::{AccumulatorStrides, SplitKv, CK_MAX_SPLITS};
 use crate::params::{AttnCall, Mode};
 use candle::{DType, Result};
 
@@ -34,7 +35,7 @@ pub struct DeviceBuffers {
     /// `(b, max_blocks)` i32/u32 block table and its row stride in elements, paged mode.
     pub block_table: usize,
     pub block_table_row_stride: usize,
-    /// Paged mode: f32 scratch of [`split_kv_scratch_lens`] elements each (the split-KV
+    /// Paged mode: f32 scratch of [`super::split_kv_scratch_lens`] elements each (the split-KV
     /// accumulators); required there.
     pub lse_acc: usize,
     pub o_acc: usize,
@@ -46,9 +47,16 @@ pub struct DeviceBuffers {
     pub stream: usize,
 }
 
-/// The CK arguments for `call` on `buffers`, or an error naming what CK cannot serve.
-pub fn ck_fwd_params(call: &AttnCall, buffers: &DeviceBuffers) -> Result<CkFwdParams> {
+/// The CK arguments for `call` on `buffers`, or an error naming what CK cannot serve. Paged
+/// calls run on the split-KV kernels and need their `split` plan ([`super::plan_split_kv`]),
+/// which sized the accumulators in `buffers`; other calls take `None`.
+pub fn ck_fwd_params(call: &AttnCall, buffers: &DeviceBuffers, split: Option<&SplitKv>) -> Result<CkFwdParams> {
     check_supported(call)?;
+    match (call.mode == Mode::Paged, split) {
+        (true, None) => candle::bail!("flash-attn-rocm: a paged call needs its split-KV plan (rocm::plan_split_kv)"),
+        (false, Some(_)) => candle::bail!("flash-attn-rocm: only paged calls run on CK's split-KV kernels"),
+        _ => {}
+    }
     let elem = 2; // fp16 and bf16
     let group = call.mode != Mode::Batch;
     let (h, d) = (call.num_heads, call.head_dim);
@@ -107,11 +115,18 @@ pub fn ck_fwd_params(call: &AttnCall, buffers: &DeviceBuffers) -> Result<CkFwdPa
         p.nhead_stride_lse = int("lse head stride", *lse_dims.last().unwrap_or(&0))?;
         p.batch_stride_lse = if group { 0 } else { int("lse batch stride", h * call.max_seqlen_q)? };
     }
-    if let Some(paging) = &call.seqs.paging {
+    if let (Some(paging), Some(split)) = (&call.seqs.paging, split) {
         p.page_block_size = int("page_block_size", paging.page_block_size)?;
         p.batch_stride_block_table = int("block table row stride", buffers.block_table_row_stride)?;
         p.lse_acc_ptr = buffers.lse_acc;
         p.o_acc_ptr = buffers.o_acc;
+        let acc = AccumulatorStrides::of(call, split);
+        p.num_splits = int("num_splits", split.num_splits)?;
+        p.nhead_stride_lse_acc = int("split-KV LSE accumulator head stride", acc.nhead_lse)?;
+        p.split_stride_lse_acc = int("split-KV LSE accumulator split stride", acc.split_lse)?;
+        p.stride_o_acc = int("split-KV output accumulator row stride", acc.row_o)?;
+        p.split_stride_o_acc = int("split-KV output accumulator split stride", acc.split_o)?;
+        p.nhead_stride_o_acc = int("split-KV output accumulator head stride", acc.nhead_o)?;
     }
     Ok(p)
 }
@@ -128,16 +143,13 @@ pub fn lse_buffer_required(call: &AttnCall) -> bool {
     LSE_KERNELS && call.mode != Mode::Paged
 }
 
-/// Elements of the two f32 split-KV accumulators of a paged call (one split): the LSE
-/// `(h, total_q)` and the output `(h, total_q, d)`.
-pub fn split_kv_scratch_lens(call: &AttnCall) -> (usize, usize) {
-    let lse = call.num_heads * call.total_q;
-    (lse, lse * call.head_dim)
-}
-
-/// Rows of k/v (group mode without paging), from the last cumulative seqlen.
+/// Rows of k/v (group mode without paging), from the last cumulative seqlen, or k's rows when
+/// the seqlens were left on the device (CK reads the per-sequence lengths from the seqstarts).
 fn total_k(call: &AttnCall) -> usize {
-    call.seqs.iter().map(|s| s.k_start + s.k_len).max().unwrap_or(0)
+    match call.seqs.unread() {
+        Some(unread) => unread.rows_k,
+        None => call.seqs.iter().map(|s| s.k_start + s.k_len).max().unwrap_or(0),
+    }
 }
 
 /// Refuses what the built CK kernels cannot serve, naming the limit (before anything is
@@ -145,10 +157,6 @@ fn total_k(call: &AttnCall) -> usize {
 pub fn check_supported(call: &AttnCall) -> Result<()> {
     // Not an argument of CK, but the windows derive from it and CK's mask math is i32.
     int("max_seqlen_k", call.max_seqlen_k)?;
-    if call.mode == Mode::Paged {
-        // The split-KV accumulators' head stride (the shim computes it in int).
-        int("total_q * head_dim (split-KV accumulator stride)", call.total_q * call.head_dim)?;
-    }
     let longest = call.max_seqlen_q.max(call.max_seqlen_k);
     if call.alibi.is_some() && call.mode != Mode::Paged && longest > CK_ALIBI_MAX_DISTANCE {
         candle::bail!(
@@ -245,6 +253,16 @@ pub fn check_ck_params(p: &CkFwdParams) -> Result<()> {
     }
     if paged && (p.lse_acc_ptr == 0 || p.o_acc_ptr == 0) {
         return fail("paged K/V needs lse_acc_ptr and o_acc_ptr (split_kv_scratch_lens)");
+    }
+    if paged && !(1..=CK_MAX_SPLITS as i32).contains(&p.num_splits) {
+        return fail(&format!(
+            "paged K/V needs 1 <= num_splits <= {CK_MAX_SPLITS} (CK's combine kernel), got {} (plan_split_kv)",
+            p.num_splits
+        ));
+    }
+    let acc_strides = [p.nhead_stride_lse_acc, p.split_stride_lse_acc, p.stride_o_acc, p.split_stride_o_acc, p.nhead_stride_o_acc];
+    if paged && acc_strides.iter().any(|&s| s <= 0) {
+        return fail(&format!("paged K/V needs the accumulator strides (AccumulatorStrides), got {acc_strides:?}"));
     }
     Ok(())
 }

@@ -11,14 +11,19 @@
 pub(crate) mod candle_glue;
 pub mod dispatch;
 pub mod ffi;
+pub mod guard;
 #[cfg(feature = "rocm")]
 mod launch;
 pub mod marshal;
+pub mod splitkv;
 
-pub use ffi::{CkBias, CkDtype, CkFwdParams, CkMask};
-pub use marshal::{
-    check_ck_params, check_supported, ck_fwd_params, lse_buffer_required, split_kv_scratch_lens, DeviceBuffers,
-    LSE_KERNELS,
+pub use ffi::{CkBias, CkDtype, CkFwdParams, CkMask, CkSideTensorGuard, SideTensorFault};
+pub use guard::{
+    faults_to_result, guard_params, guard_scratch_len, guard_side_tensors, guarded_buffers, take_side_tensor_errors,
+};
+pub use marshal::{check_ck_params, check_supported, ck_fwd_params, lse_buffer_required, DeviceBuffers, LSE_KERNELS};
+pub use splitkv::{
+    num_splits, plan_split_kv, split_kv_scratch_lens, splitkv_tile, AccumulatorStrides, SplitKv, SplitKvTile, CK_MAX_SPLITS,
 };
 #[cfg(feature = "rocm")]
-pub use launch::{device_count, fmha_fwd, BUILD_INFO, CK_ARCHS, CK_HDIMS};
+pub use launch::{compute_units, device_count, fmha_fwd, BUILD_INFO, CK_ARCHS, CK_HDIMS, CK_SPLITKV_HDIMS};

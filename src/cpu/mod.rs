@@ -25,7 +25,6 @@ use simd::Isa;
 use rayon::prelude::*;
 use std::cell::RefCell;
 
-pub use block::{BLOCK_N as KEY_BLOCK, BLOCK_ROWS as QUERY_BLOCK};
 
 /// Runs `call` on host storages. Returns the output (q's dtype, contiguous in q's shape) and,
 /// when asked, the f32 log-sum-exp laid out as [`AttnCall::lse_dims`].

@@ -50,9 +50,13 @@ fn main() {
 /// With `candle-rocm`: fails before any native step unless candle-core has a ROCm device.
 #[cfg(feature = "candle-rocm")]
 fn check_candle() -> BuildResult<()> {
-    let dir = |var: &str| PathBuf::from(env::var_os(var).unwrap_or_default());
+    println!("cargo:rerun-if-env-changed=FLASH_ATTN_ROCM_SKIP_CANDLE_CHECK");
+    if env::var_os("FLASH_ATTN_ROCM_SKIP_CANDLE_CHECK").is_some_and(|v| v == "1") {
+        return Ok(());
+    }
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").unwrap_or_default());
     let package = env::var("CARGO_PKG_NAME").unwrap_or_default();
-    let Some((lockfile, text)) = candle_check::find_lockfile(&dir("OUT_DIR"), &dir("CARGO_MANIFEST_DIR"), &package) else {
+    let Some((lockfile, text)) = candle_check::find_lockfile(&out_dir, &package) else {
         println!("cargo:warning=flash-attn-rocm: no Cargo.lock found above OUT_DIR; the candle ROCm check is skipped");
         return Ok(());
     };

@@ -90,7 +90,7 @@ fn inline_dependency_lists_are_read() {
 fn this_workspace_lockfile_is_refused_with_the_recipe() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out_dir = root.join("target/debug/build/flash-attn-rocm-0/out");
-    let (path, text) = find_lockfile(&out_dir, root, "flash-attn-rocm").expect("the workspace lockfile");
+    let (path, text) = find_lockfile(&out_dir, "flash-attn-rocm").expect("the workspace lockfile");
     assert_eq!(path, root.join("Cargo.lock"));
     let CandleVerdict::NoRocm(found) = judge(&parse_lock(&text)) else { panic!("released candle judged as ROCm") };
     let message = no_rocm_message(&path, &found);
@@ -98,5 +98,16 @@ fn this_workspace_lockfile_is_refused_with_the_recipe() {
         assert!(message.contains(needed), "message lacks {needed}:\n{message}");
     }
     // A lockfile that does not list the package is not this build's.
-    assert!(find_lockfile(&out_dir, root, "no-such-package-here").is_none());
+    assert!(find_lockfile(&out_dir, "no-such-package-here").is_none());
+}
+
+/// A target directory outside the workspace: the package's own lockfile (a published crate
+/// ships one, pinning the released candle) must not be taken for the build's.
+#[test]
+fn the_package_lockfile_is_not_searched() {
+    let elsewhere = std::env::temp_dir().join(format!("fa-candle-check-{}", std::process::id()));
+    let out_dir = elsewhere.join("target/release/build/flash-attn-rocm-0/out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    assert!(find_lockfile(&out_dir, "flash-attn-rocm").is_none(), "no lockfile above {}", out_dir.display());
+    std::fs::remove_dir_all(&elsewhere).unwrap();
 }

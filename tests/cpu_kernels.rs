@@ -28,8 +28,13 @@ fn batch_cases() -> Vec<BatchCase> {
         transposed: false,
     };
     vec![
-        // Decode: 4 rows per k/v head, keys split 2-4 ways.
+        // Decode: 4 rows per k/v head, 2 k/v heads per block, keys split 8 ways.
         case(1, 4500, 32, 8, 128, DType::F32, NONE, true, None),
+        // Decode with 5 k/v heads packed 3 + 2, widened from f16, a sliding window that the
+        // splits follow.
+        case(1, 8192, 10, 5, 64, DType::F16, (Some(5000), Some(0)), false, None),
+        // 20 rows per k/v head (AMX where the CPU has it, padded to 32) split over the keys.
+        case(5, 3000, 32, 8, 64, DType::BF16, CAUSAL, false, None),
         case(1, 3001, 8, 2, 64, DType::BF16, CAUSAL, false, Some(5.0)),
         case(2, 2600, 4, 4, 40, DType::F16, (Some(1800), Some(0)), false, None),
         // Prefill: GQA-packed blocks, a tail of 8 columns (d = 40, 88), windows, softcap.
@@ -51,19 +56,23 @@ fn check_batch(c: &BatchCase, isa: &str, rng: &mut rand::rngs::StdRng) {
     assert_lse_close(&what, &values(&lse), &exp.exact_lse, 1e-4);
 }
 
-fn check_paged_decode(dtype: DType, isa: &str, rng: &mut rand::rngs::StdRng) {
-    let lens = [(1, 3000), (1, 2100), (1, 0), (1, 5)];
-    let (h, h_k, d) = (16, 4, 64);
-    let x = ragged(rng, &lens, (h, h_k, d), dtype);
-    let page = 16;
+/// Paged decode: four sequences (one k/v head per block), or one long one whose block takes
+/// all 8 k/v heads (`packed`).
+fn check_paged_decode(dtype: DType, packed: bool, isa: &str, rng: &mut rand::rngs::StdRng) {
+    let lens: &[(usize, usize)] = if packed { &[(1, 33000)] } else { &[(1, 3000), (1, 2100), (1, 0), (1, 5)] };
+    let (h, h_k, d) = if packed { (16, 8, 64) } else { (16, 4, 64) };
+    let x = ragged(rng, lens, (h, h_k, d), dtype);
+    // Large pages keep the test's own paging cheap for the long sequence.
+    let page = if packed { 1024 } else { 16 };
     let p = paginate(rng, &x, page, 2);
     let f = Features { scale: 1.0 / (d as f32).sqrt(), window: CAUSAL, alibi: None, softcap: None };
     let (sq, sk) = x.seqlens();
-    let sizes = Seqlens { q: &sq, k: &sk, max_q: 1, max_k: 3000 };
+    let max_k = lens.iter().map(|l| l.1).max().unwrap();
+    let sizes = Seqlens { q: &sq, k: &sk, max_q: 1, max_k };
     let kv = PagedKv { k: &p.k_pages, v: &p.v_pages, table: &p.table, page };
     let (out, lse) = calls::paged_with_lse(&x.q, &kv, None, &sizes, f).unwrap();
     let exp = expected(&x.seqs(), &vec![f.ref_opts(sizes.max_k); lens.len()], (h, h_k, d), dtype, LseLayout::VarLen);
-    let what = format!("{isa}: paged decode {dtype:?}");
+    let what = format!("{isa}: paged decode {dtype:?} packed={packed}");
     assert_close(&what, &values(&out), &exp.exact, &exp.naive, dtype);
     assert_lse_close(&what, &values(&lse), &exp.exact_lse, 1e-4);
 }
@@ -83,8 +92,8 @@ fn every_instruction_set_matches_the_reference() {
         for c in batch_cases() {
             check_batch(&c, isa, &mut rng);
         }
-        for dtype in [DType::F32, DType::BF16] {
-            check_paged_decode(dtype, isa, &mut rng);
+        for (dtype, packed) in [(DType::F32, false), (DType::BF16, false), (DType::BF16, true)] {
+            check_paged_decode(dtype, packed, isa, &mut rng);
         }
         ran.push(isa);
     }

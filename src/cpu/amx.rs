@@ -176,9 +176,19 @@ unsafe fn interleave(a: &[u16], b: Option<&[u16]>, dst: &mut [u16]) {
 #[inline(always)]
 unsafe fn pack_keys(keys: &[u16], stride: usize, n: usize, d: usize, n32: usize, dst: &mut [u16]) {
     assert!(n >= 1 && keys.len() >= (n - 1) * stride + d && dst.len() >= d * n32 && n <= n32);
-    let row_bytes = i32::try_from(2 * stride).expect("k/v row stride fits i32 bytes");
+    // The gather's offsets are i32 bytes, up to 15 rows apart.
+    if i32::try_from(15 * 2 * stride).is_err() {
+        for j in 0..n {
+            for p in 0..d / 2 {
+                dst[(p * n32 + j) * 2..][..2].copy_from_slice(&keys[j * stride + 2 * p..][..2]);
+            }
+        }
+        return;
+    }
+    let row_bytes = (2 * stride) as i32;
     // SAFETY (whole body): lane l of block j0 reads key j0 + l < n only (masked), at pair
-    // p < d/2 of its row, inside `keys` (asserted); the stores write pairs p < d/2, keys < n32.
+    // p < d/2 of its row, inside `keys` (asserted), at an offset below 15 rows that fits i32
+    // (checked); the stores write pairs p < d/2, keys < n32.
     unsafe {
         let offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(row_bytes));
         for j0 in (0..n).step_by(16) {

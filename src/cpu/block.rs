@@ -74,6 +74,8 @@ pub struct Inputs<'a, T> {
 #[derive(Default)]
 pub struct Scratch {
     pub q_t: Vec<f32>,
+    /// The queries as rows too (decode scores by dot products, `products.rs`).
+    pub q_rows: Vec<f32>,
     pub scores_t: Vec<f32>,
     pub acc: Vec<f32>,
     pub row_max: Vec<f32>,

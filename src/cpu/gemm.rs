@@ -73,6 +73,8 @@ pub trait Blocking {
     type T: Lane<AElem = A<Self>, BElem = B<Self>>;
     const MR: usize;
     const NV: usize;
+    /// Query rows per register tile of the decode scores (`products.rs`, by dot products).
+    const DOT_ROWS: usize;
 }
 
 type A<K> = <<K as Blocking>::V as Lane>::AElem;

@@ -108,6 +108,7 @@ impl gemm::Blocking for Avx512 {
     type T = simd::F32x8;
     const MR: usize = 12;
     const NV: usize = 2;
+    const DOT_ROWS: usize = 4;
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -116,6 +117,7 @@ impl gemm::Blocking for Avx2 {
     type T = simd::F32x8;
     const MR: usize = 6;
     const NV: usize = 2;
+    const DOT_ROWS: usize = 2;
 }
 
 impl gemm::Blocking for Portable {
@@ -123,6 +125,7 @@ impl gemm::Blocking for Portable {
     type T = simd::Portable8;
     const MR: usize = 4;
     const NV: usize = 2;
+    const DOT_ROWS: usize = 2;
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -35,6 +35,19 @@ pub struct Item {
     pub splits: usize,
 }
 
+/// Keys `[lo, hi)` some row of `block` may see through the window: rows further down a sequence
+/// see keys further right (bottom-right alignment), so the first and last positions bound it.
+/// `mm_prefix_ranges` can lift the mask anywhere: then every key.
+fn visible_keys(call: &AttnCall, block: &BlockId, k_len: usize) -> (usize, usize) {
+    if call.mm_prefix.is_some() {
+        return (0, k_len);
+    }
+    let q_len = call.seqs.get(block.b).q_len;
+    let first = call.window.key_range(block.pos0, q_len, k_len);
+    let last = call.window.key_range(block.pos0 + block.positions - 1, q_len, k_len);
+    (first.0, last.1.max(first.0))
+}
+
 pub struct Plan {
     pub items: Vec<Item>,
     work: usize,
@@ -67,13 +80,18 @@ impl Plan {
         let mut work = 0usize;
         for (block, k_len) in blocks {
             let rows = block.rows(call);
-            let splits = if block.head_rows(call) <= SPLIT_MAX_ROWS { (k_len / SPLIT_MIN_KEYS).clamp(1, max_splits) } else { 1 };
-            let chunk = k_len.div_ceil(splits).next_multiple_of(BLOCK_N);
+            // Split the keys the block's rows can see, not all of them (a sliding window).
+            let (lo, hi) = visible_keys(call, &block, k_len);
+            let span = hi.saturating_sub(lo);
+            let wanted = if block.head_rows(call) <= SPLIT_MAX_ROWS { (span / SPLIT_MIN_KEYS).clamp(1, max_splits) } else { 1 };
+            let chunk = span.div_ceil(wanted).next_multiple_of(BLOCK_N).max(1);
+            // Rounding the chunk up can leave the last splits empty: drop them.
+            let splits = span.div_ceil(chunk).max(1);
             for split in 0..splits {
-                let keys = if splits == 1 { block.keys } else { (split * chunk, (split + 1) * chunk) };
+                let keys = if splits == 1 { block.keys } else { (lo + split * chunk, (lo + (split + 1) * chunk).min(hi)) };
                 items.push(Item { block: BlockId { keys, ..block }, split, splits });
             }
-            work = work.saturating_add(rows.saturating_mul(k_len).saturating_mul(call.head_dim));
+            work = work.saturating_add(rows.saturating_mul(span).saturating_mul(call.head_dim));
         }
         Plan { items, work }
     }

@@ -4,6 +4,7 @@
 use super::block::{prefetch, spread_stride, Inputs, Kv, Products, Scratch, Tile, PREFETCH_ROWS};
 use super::element::{widen, Element};
 use super::gemm::{matmul, Blocking, Lane, Rows, Strided};
+use super::simd::Vector;
 use std::marker::PhantomData;
 
 /// f32 products with the register tiles of `K`.
@@ -63,6 +64,100 @@ unsafe fn kv_tiles<T: Element, K: Blocking>(inp: &Inputs<'_, T>, which: Kv, scra
     KvTiles { ptr: scratch.as_ptr(), row_stride: stride, head_stride }
 }
 
+/// Heads with at most this many live rows (decode) get their scores by dot products.
+const DOT_MAX_ROWS: usize = 8;
+
+/// `Sᵀ` of one head for few query rows: each score a dot product along d (one vector FMA per
+/// lane-width of a K row and query row), summed across lanes at the end. The broadcast
+/// product costs one broadcast and one FMA per K element whatever the row count; this costs
+/// about rows / lanes. Scores of key `j`, row `r` go to `out[j * ld + r]`; dead rows are
+/// left alone.
+///
+/// # Safety
+/// `k` holds `n` rows of `d` at its stride, `q` `rows` rows of `d`, `out` n × ld; the CPU has
+/// the features of `K`'s vectors.
+#[inline(always)]
+unsafe fn scores_by_dots<K: Blocking>(n: usize, d: usize, k: (*const f32, usize), q: *const f32, rows: usize, out: *mut f32, ld: usize)
+where
+    K::V: Lane<AElem = f32, BElem = f32>,
+{
+    let mut j = 0;
+    // SAFETY (whole body): keys j..j + KEYS < n and rows r..r + R < rows, per the contract.
+    unsafe {
+        while j < n {
+            let keys = if n - j >= 4 { 4 } else { 1 };
+            let mut r = 0;
+            while r < rows {
+                let take = K::DOT_ROWS.min(rows - r);
+                macro_rules! dots {
+                    ($keys:literal, $($rows:literal)*) => {
+                        match take {
+                            $($rows => dot_tile::<K, $keys, $rows>(d, k, j, q.add(r * d), out.add(j * ld + r), ld),)*
+                            _ => unreachable!("at most 4 rows per dot tile"),
+                        }
+                    };
+                }
+                if keys == 4 {
+                    dots!(4, 1 2 3 4)
+                } else {
+                    dots!(1, 1 2 3 4)
+                }
+                r += take;
+            }
+            j += keys;
+        }
+    }
+}
+
+/// `KEYS` keys from `j` against `R` query rows: `KEYS × R` vector accumulators.
+#[inline(always)]
+unsafe fn dot_tile<K: Blocking, const KEYS: usize, const R: usize>(d: usize, k: (*const f32, usize), j: usize, q: *const f32, out: *mut f32, ld: usize)
+where
+    K::V: Lane<AElem = f32, BElem = f32>,
+{
+    type Wide<K> = <<K as Blocking>::V as Lane>::Acc;
+    type Narrow<K> = <<K as Blocking>::T as Lane>::Acc;
+    // SAFETY (whole body): per `scores_by_dots`; chunks stay below d (a multiple of 8).
+    unsafe {
+        let key = |i: usize| k.0.add((j + i) * k.1);
+        let mut sums = [[0.0f32; R]; KEYS];
+        let mut c = 0;
+        let wide = Wide::<K>::LANES;
+        if c + wide <= d {
+            let mut acc = [[Wide::<K>::splat(0.0); R]; KEYS];
+            while c + wide <= d {
+                let kv: [Wide<K>; KEYS] = std::array::from_fn(|i| Wide::<K>::load(key(i).add(c)));
+                for r in 0..R {
+                    let qv = Wide::<K>::load(q.add(r * d + c));
+                    for i in 0..KEYS {
+                        acc[i][r] = kv[i].mul_add(qv, acc[i][r]);
+                    }
+                }
+                c += wide;
+            }
+            for i in 0..KEYS {
+                for r in 0..R {
+                    sums[i][r] = acc[i][r].sum_lanes();
+                }
+            }
+        }
+        while c < d {
+            for i in 0..KEYS {
+                for r in 0..R {
+                    let v = Narrow::<K>::load(key(i).add(c)).mul_add(Narrow::<K>::load(q.add(r * d + c)), Narrow::<K>::splat(0.0));
+                    sums[i][r] += v.sum_lanes();
+                }
+            }
+            c += Narrow::<K>::LANES;
+        }
+        for i in 0..KEYS {
+            for r in 0..R {
+                *out.add(i * ld + r) = sums[i][r];
+            }
+        }
+    }
+}
+
 impl<T: Element, K: Blocking> Products<T> for F32<K>
 where
     K::V: Lane<AElem = f32, BElem = f32>,
@@ -72,12 +167,16 @@ where
     #[inline(always)]
     unsafe fn clear_queries(s: &mut Scratch, d: usize, ld: usize) {
         super::block::reset(&mut s.q_t, d * ld, 0.0);
+        super::block::reset(&mut s.q_rows, ld * d, 0.0);
     }
 
     #[inline(always)]
     unsafe fn pack_query(s: &mut Scratch, row: &[T], r: usize, ld: usize, scale: f32) {
+        let d = row.len();
         for (kk, x) in row.iter().enumerate() {
-            s.q_t[kk * ld + r] = x.to_f32() * scale;
+            let q = x.to_f32() * scale;
+            s.q_t[kk * ld + r] = q;
+            s.q_rows[r * d + kk] = q;
         }
     }
 
@@ -91,6 +190,11 @@ where
             for head in 0..tile.heads {
                 let (k_ptr, k_stride) = k_tiles.head(head);
                 let col = head * tile.head_cols;
+                if tile.head_rows <= DOT_MAX_ROWS {
+                    let q = s.q_rows.as_ptr().add(col * d);
+                    scores_by_dots::<K>(tile.keys(), d, (k_ptr, k_stride), q, tile.head_rows, s.scores_t.as_mut_ptr().add(col), tile.ld);
+                    continue;
+                }
                 // Sᵀ (keys × head_cols) = K (keys × d) · Qᵀ (d × head_cols), this head's columns.
                 matmul::<K>(
                     tile.keys(),

@@ -81,6 +81,8 @@ pub trait Vector: Copy {
     unsafe fn add(self, b: Self) -> Self;
     unsafe fn sub(self, b: Self) -> Self;
     unsafe fn max(self, b: Self) -> Self;
+    /// The sum of the lanes.
+    unsafe fn sum_lanes(self) -> f32;
     /// Lanes equal to -inf become 0: the shift of a row that has seen no key yet.
     unsafe fn neg_inf_to_zero(self) -> Self;
     /// `e^x` per lane, [`exp_scalar`]'s algorithm: exactly 0 below -87 (so -inf gives 0).
@@ -170,6 +172,10 @@ impl Vector for Portable8 {
         self.zip(b, f32::max)
     }
     #[inline(always)]
+    unsafe fn sum_lanes(self) -> f32 {
+        self.0.iter().sum()
+    }
+    #[inline(always)]
     unsafe fn neg_inf_to_zero(self) -> Self {
         self.map(|x| if x == f32::NEG_INFINITY { 0.0 } else { x })
     }
@@ -238,6 +244,12 @@ mod x86 {
             F32x8(_mm256_max_ps(self.0, b.0))
         }
         #[inline(always)]
+        unsafe fn sum_lanes(self) -> f32 {
+            let s = _mm_add_ps(_mm256_castps256_ps128(self.0), _mm256_extractf128_ps::<1>(self.0));
+            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps::<1>(s, s)))
+        }
+        #[inline(always)]
         unsafe fn neg_inf_to_zero(self) -> Self {
             let is_neg_inf = _mm256_cmp_ps::<_CMP_EQ_OQ>(self.0, _mm256_set1_ps(f32::NEG_INFINITY));
             F32x8(_mm256_andnot_ps(is_neg_inf, self.0))
@@ -301,6 +313,10 @@ mod x86 {
         #[inline(always)]
         unsafe fn max(self, b: Self) -> Self {
             F32x16(_mm512_max_ps(self.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn sum_lanes(self) -> f32 {
+            _mm512_reduce_add_ps(self.0)
         }
         #[inline(always)]
         unsafe fn neg_inf_to_zero(self) -> Self {

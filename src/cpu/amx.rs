@@ -145,6 +145,22 @@ fn bits(rows: &[bf16]) -> &[u16] {
     unsafe { std::slice::from_raw_parts(rows.as_ptr().cast(), rows.len()) }
 }
 
+/// `vpermt2w` indices that interleave elements 0..16 (`PAIRS_LOW`) or 16..32 (`PAIRS_HIGH`) of
+/// two vectors: lane `2i` from the first (index `i`), lane `2i + 1` from the second (`32 + i`).
+const PAIRS_LOW: [i16; 32] = pair_indices(0);
+const PAIRS_HIGH: [i16; 32] = pair_indices(16);
+
+const fn pair_indices(first: i16) -> [i16; 32] {
+    let mut indices = [0i16; 32];
+    let mut i = 0;
+    while i < 16 {
+        indices[2 * i] = first + i as i16;
+        indices[2 * i + 1] = 32 + first + i as i16;
+        i += 1;
+    }
+    indices
+}
+
 /// `dst[2i] = a[i]`, `dst[2i + 1] = b[i]` (0 when `b` is `None`): two rows as pairs.
 #[inline(always)]
 unsafe fn interleave(a: &[u16], b: Option<&[u16]>, dst: &mut [u16]) {
@@ -154,9 +170,7 @@ unsafe fn interleave(a: &[u16], b: Option<&[u16]>, dst: &mut [u16]) {
     // SAFETY (whole body): every access is below `len` in `a`/`b` and `2 * len` in `dst`
     // (asserted); AVX512-BW per the caller.
     unsafe {
-        let first: [i16; 32] = std::array::from_fn(|i| if i % 2 == 0 { (i / 2) as i16 } else { (32 + i / 2) as i16 });
-        let second: [i16; 32] = std::array::from_fn(|i| first[i] + 16);
-        let (first, second) = (_mm512_loadu_si512(first.as_ptr().cast()), _mm512_loadu_si512(second.as_ptr().cast()));
+        let (first, second) = (_mm512_loadu_si512(PAIRS_LOW.as_ptr().cast()), _mm512_loadu_si512(PAIRS_HIGH.as_ptr().cast()));
         while c + 32 <= len {
             let x = _mm512_loadu_si512(a.as_ptr().add(c).cast());
             let y = b.map_or(_mm512_setzero_si512(), |b| _mm512_loadu_si512(b.as_ptr().add(c).cast()));

@@ -8,7 +8,7 @@
 //! vector lanes (one lane per row). See `gemm.rs`.
 
 use super::element::Element;
-use super::gemm::{Blocking, Lane};
+use super::gemm::Blocking;
 use super::mask::{Logits, RowRanges};
 use super::simd::Vector;
 use crate::params::AttnCall;
@@ -318,13 +318,13 @@ unsafe fn softmax_tile<K: Blocking>(st: &mut [f32], n: usize, cols: usize, ld: u
     // SAFETY: every column chunk lies inside `cols` (a multiple of 8, at most `ld`), and `st`
     // holds n × ld.
     unsafe {
-        while c + <K::V as Lane>::Acc::LANES <= cols {
-            softmax_lanes::<<K::V as Lane>::Acc>(st, n, ld, c, row_max, row_sum, correction);
-            c += <K::V as Lane>::Acc::LANES;
+        while c + K::V::LANES <= cols {
+            softmax_lanes::<K::V>(st, n, ld, c, row_max, row_sum, correction);
+            c += K::V::LANES;
         }
         while c < cols {
-            softmax_lanes::<<K::T as Lane>::Acc>(st, n, ld, c, row_max, row_sum, correction);
-            c += <K::T as Lane>::Acc::LANES;
+            softmax_lanes::<K::T>(st, n, ld, c, row_max, row_sum, correction);
+            c += K::T::LANES;
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use super::block::{prefetch, spread_stride, Inputs, Kv, Products, Scratch, Tile, PREFETCH_ROWS};
 use super::element::{widen, Element};
-use super::gemm::{matmul, Blocking, Lane, Rows, Strided};
+use super::gemm::{matmul, Blocking, Rows, Strided};
 use super::simd::Vector;
 use std::marker::PhantomData;
 
@@ -58,7 +58,7 @@ unsafe fn kv_tiles<T: Element, K: Blocking>(inp: &Inputs<'_, T>, which: Kv, scra
         for head in 0..heads {
             let dst = &mut scratch[head * head_stride + r * stride..][..d];
             // SAFETY: features per the caller.
-            unsafe { widen::<T, <K::T as Lane>::Acc>(row(r, head), dst) };
+            unsafe { widen::<T, K::T>(row(r, head), dst) };
         }
     }
     KvTiles { ptr: scratch.as_ptr(), row_stride: stride, head_stride }
@@ -77,10 +77,7 @@ const DOT_MAX_ROWS: usize = 8;
 /// `k` holds `n` rows of `d` at its stride, `q` `rows` rows of `d`, `out` n × ld; the CPU has
 /// the features of `K`'s vectors.
 #[inline(always)]
-unsafe fn scores_by_dots<K: Blocking>(n: usize, d: usize, k: (*const f32, usize), q: *const f32, rows: usize, out: *mut f32, ld: usize)
-where
-    K::V: Lane<AElem = f32, BElem = f32>,
-{
+unsafe fn scores_by_dots<K: Blocking>(n: usize, d: usize, k: (*const f32, usize), q: *const f32, rows: usize, out: *mut f32, ld: usize) {
     let mut j = 0;
     // SAFETY (whole body): keys j..j + KEYS < n and rows r..r + R < rows, per the contract.
     unsafe {
@@ -111,12 +108,9 @@ where
 
 /// `KEYS` keys from `j` against `R` query rows: `KEYS × R` vector accumulators.
 #[inline(always)]
-unsafe fn dot_tile<K: Blocking, const KEYS: usize, const R: usize>(d: usize, k: (*const f32, usize), j: usize, q: *const f32, out: *mut f32, ld: usize)
-where
-    K::V: Lane<AElem = f32, BElem = f32>,
-{
-    type Wide<K> = <<K as Blocking>::V as Lane>::Acc;
-    type Narrow<K> = <<K as Blocking>::T as Lane>::Acc;
+unsafe fn dot_tile<K: Blocking, const KEYS: usize, const R: usize>(d: usize, k: (*const f32, usize), j: usize, q: *const f32, out: *mut f32, ld: usize) {
+    type Wide<K> = <K as Blocking>::V;
+    type Narrow<K> = <K as Blocking>::T;
     // SAFETY (whole body): per `scores_by_dots`; chunks stay below d (a multiple of 8).
     unsafe {
         let key = |i: usize| k.0.add((j + i) * k.1);
@@ -158,10 +152,7 @@ where
     }
 }
 
-impl<T: Element, K: Blocking> Products<T> for F32<K>
-where
-    K::V: Lane<AElem = f32, BElem = f32>,
-{
+impl<T: Element, K: Blocking> Products<T> for F32<K> {
     type K = K;
 
     #[inline(always)]

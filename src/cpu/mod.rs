@@ -1,6 +1,6 @@
 //! The CPU backend: a tiled flash-attention forward with the online softmax and f32
 //! accumulation, on our own register-blocked products (AVX-512 or AVX2 chosen at run time, plain
-//! Rust elsewhere), parallel (rayon) over blocks of query rows and, for decode-like calls with
+//! Rust elsewhere; bf16 prefill on AMX tiles where the CPU has them), parallel (rayon) over blocks of query rows and, for decode-like calls with
 //! few rows, over splits of the keys. Blocks and splits depend on the shapes only, never on the
 //! thread count, so results are bit-identical for any number of threads.
 
@@ -24,7 +24,6 @@ use simd::Isa;
 
 use rayon::prelude::*;
 use std::cell::RefCell;
-
 
 /// Runs `call` on host storages. Returns the output (q's dtype, contiguous in q's shape) and,
 /// when asked, the f32 log-sum-exp laid out as [`AttnCall::lse_dims`].

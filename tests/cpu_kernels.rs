@@ -33,6 +33,11 @@ fn batch_cases() -> Vec<BatchCase> {
         // Decode with 5 k/v heads packed 3 + 2, widened from f16, a sliding window that the
         // splits follow.
         case(1, 8192, 10, 5, 64, DType::F16, (Some(5000), Some(0)), false, None),
+        // bf16 decode (pairs of vectors loaded split by parity): 8 rows per k/v head in two
+        // register tiles and a head dim whose last 24 columns are no whole pair; 6 rows
+        // (2 positions × 3 heads) as 4 + 2, d = 72, ALiBi.
+        case(1, 2500, 16, 2, 88, DType::BF16, NONE, false, None),
+        case(2, 700, 6, 2, 72, DType::BF16, CAUSAL, true, None),
         // 20 rows per k/v head (AMX where the CPU has it, padded to 32) split over the keys.
         case(5, 3000, 32, 8, 64, DType::BF16, CAUSAL, false, None),
         case(1, 3001, 8, 2, 64, DType::BF16, CAUSAL, false, Some(5.0)),

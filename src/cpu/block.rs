@@ -7,6 +7,7 @@
 //! vector operand of both products, K and V rows are read in place, and the softmax runs along
 //! vector lanes (one lane per row). See `gemm.rs`.
 
+use super::decode::{restore_order, STREAM_MAX_ROWS, STREAM_TILE_KEYS};
 use super::element::Element;
 use super::gemm::Blocking;
 use super::mask::{Logits, RowRanges};
@@ -74,7 +75,7 @@ pub struct Inputs<'a, T> {
 #[derive(Default)]
 pub struct Scratch {
     pub q_t: Vec<f32>,
-    /// The queries as rows too (decode scores by dot products, `products.rs`).
+    /// The queries as rows (blocks of few rows per head: `decode.rs`), in its element order.
     pub q_rows: Vec<f32>,
     pub scores_t: Vec<f32>,
     pub acc: Vec<f32>,
@@ -153,19 +154,32 @@ impl<T: Element> Inputs<'_, T> {
 /// latency at one core's share of the bandwidth.
 pub const PREFETCH_ROWS: usize = 16;
 
-/// Asks the CPU to bring `data` into L1 ahead of its use (no effect off x86-64).
+/// The cache a prefetch fills.
+#[derive(Clone, Copy)]
+pub enum Level {
+    L1,
+    L2,
+}
+
+/// Asks the CPU to bring `data` into `level` ahead of its use (no effect off x86-64).
 #[inline(always)]
-pub fn prefetch<T>(data: &[T]) {
+pub fn prefetch<T>(data: &[T], level: Level) {
     #[cfg(target_arch = "x86_64")]
     {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
         let (start, bytes) = (data.as_ptr().cast::<i8>(), std::mem::size_of_val(data));
         for offset in (0..bytes).step_by(64) {
             // SAFETY: a prefetch never faults, and the address lies inside `data`.
-            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(start.add(offset)) };
+            unsafe {
+                match level {
+                    Level::L1 => _mm_prefetch::<_MM_HINT_T0>(start.add(offset)),
+                    Level::L2 => _mm_prefetch::<_MM_HINT_T1>(start.add(offset)),
+                }
+            }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = data;
+    let _ = (data, level);
 }
 
 /// End (exclusive) of the key tile starting at `j0`: at most `max_keys` keys, never past `hi`,
@@ -193,9 +207,11 @@ pub unsafe fn run<T: Element, P: Products<T>>(inp: &Inputs<'_, T>, id: BlockId, 
     // panels in L1.
     let ld = spread_stride(rows);
 
-    // Qᵀ (d × ld) in the products' layout; dead rows stay 0.
-    P::clear_queries(s, d, ld);
-    let logits = prepare_rows(inp, id, |r, row| P::pack_query(s, row, r, ld, call.softmax_scale));
+    // The queries in the products' layout (Qᵀ, d × ld, or rows for `decode.rs`); dead rows
+    // stay 0.
+    let by_rows = head_rows <= STREAM_MAX_ROWS;
+    P::clear_queries(s, d, ld, by_rows);
+    let logits = prepare_rows(inp, id, |r, row| P::pack_query(s, row, r, ld, call.softmax_scale, by_rows));
 
     reset(&mut s.acc, rows * d, 0.0);
     reset(&mut s.row_max, ld, f32::NEG_INFINITY);
@@ -203,12 +219,19 @@ pub unsafe fn run<T: Element, P: Products<T>>(inp: &Inputs<'_, T>, id: BlockId, 
     reset(&mut s.correction, ld, 1.0);
     reset(&mut s.scores_t, BLOCK_N * ld, 0.0);
 
-    // Few rows per k/v head (decode): each k/v row is used a few times only, and f32 rows are
-    // read in place; their strides hurt only panels that many rows reuse, which a copy fixes.
+    // Few rows per k/v head: each k/v row is used a few times only, and f32 rows are read in
+    // place; their strides hurt only panels that many rows reuse, which a copy fixes. (Blocks
+    // of at most `STREAM_MAX_ROWS` never copy: `decode.rs`.)
     let copy = head_rows > 16;
-    // Blocks of several k/v heads copy each tile for all of them: shorter tiles keep those
+    // Blocks of several k/v heads that copy do so for all of them: shorter tiles keep those
     // copies in L2.
-    let tile_keys = if id.heads > 1 { PACKED_TILE_KEYS } else { BLOCK_N };
+    let tile_keys = if by_rows {
+        STREAM_TILE_KEYS
+    } else if id.heads > 1 {
+        PACKED_TILE_KEYS
+    } else {
+        BLOCK_N
+    };
     let (span_lo, span_hi) = logits.ranges.span();
     let (lo, hi) = (span_lo.max(id.keys.0), span_hi.min(id.keys.1));
     let mut j0 = lo;
@@ -235,6 +258,9 @@ pub unsafe fn run<T: Element, P: Products<T>>(inp: &Inputs<'_, T>, id: BlockId, 
             P::outputs(inp, s, &tile);
         }
         j0 = j1;
+    }
+    if by_rows {
+        restore_order::<T>(&mut s.acc, rows, d, <P::K as Blocking>::V::LANES);
     }
 }
 
@@ -295,10 +321,11 @@ impl Tile {
 pub trait Products<T: Element> {
     /// The vectors of the softmax between the products.
     type K: Blocking;
-    /// Zeroes the packed queries of a `d × ld` block.
-    unsafe fn clear_queries(s: &mut Scratch, d: usize, ld: usize);
-    /// Packs one query row as column `r` of Qᵀ.
-    unsafe fn pack_query(s: &mut Scratch, row: &[T], r: usize, ld: usize, scale: f32);
+    /// Zeroes the packed queries of a `d × ld` block: `Scratch::q_rows` when `by_rows` (blocks
+    /// of few rows per head, `decode.rs`), else `Scratch::q_t`.
+    unsafe fn clear_queries(s: &mut Scratch, d: usize, ld: usize, by_rows: bool);
+    /// Packs one query row, scaled, as row `r` of `q_rows` or column `r` of Qᵀ.
+    unsafe fn pack_query(s: &mut Scratch, row: &[T], r: usize, ld: usize, scale: f32, by_rows: bool);
     /// `s.scores_t` (keys × ld) = K · Qᵀ · scale for every head of the tile.
     unsafe fn scores(inp: &Inputs<'_, T>, s: &mut Scratch, tile: &Tile);
     /// `s.acc += P · V` for every head, P being the probabilities left in `s.scores_t`.

@@ -14,6 +14,18 @@ pub trait Element: Copy + Send + Sync + 'static {
     /// # Safety
     /// `p` must be valid for `V::LANES` elements, and the CPU must have `V`'s features.
     unsafe fn load<V: Vector>(p: *const Self) -> V;
+    /// True when [`Element::load_pair`] splits by parity (bf16), false when it loads in order.
+    const PAIRS_BY_PARITY: bool;
+    /// `2 × V::LANES` elements at `p` as f32, in two vectors: in order, or for bf16 the
+    /// even-indexed elements then the odd ones ([`Vector::load_bf16_pair`]).
+    ///
+    /// # Safety
+    /// `p` must be valid for `2 × V::LANES` elements, and the CPU must have `V`'s features.
+    #[inline(always)]
+    unsafe fn load_pair<V: Vector>(p: *const Self) -> (V, V) {
+        // SAFETY: forwarded contract.
+        unsafe { (Self::load::<V>(p), Self::load::<V>(p.add(V::LANES))) }
+    }
     /// These inputs as bf16 inputs, when they are: the AMX products serve only those.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn as_bf16<'a, 'b>(_inputs: &'b Inputs<'a, Self>) -> Option<&'b Inputs<'a, bf16>> {
@@ -23,6 +35,7 @@ pub trait Element: Copy + Send + Sync + 'static {
 
 impl Element for f32 {
     const IS_F32: bool = true;
+    const PAIRS_BY_PARITY: bool = false;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         self
@@ -40,6 +53,7 @@ impl Element for f32 {
 
 impl Element for f16 {
     const IS_F32: bool = false;
+    const PAIRS_BY_PARITY: bool = false;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         f16::to_f32(self)
@@ -57,6 +71,7 @@ impl Element for f16 {
 
 impl Element for bf16 {
     const IS_F32: bool = false;
+    const PAIRS_BY_PARITY: bool = true;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         bf16::to_f32(self)
@@ -69,6 +84,11 @@ impl Element for bf16 {
     unsafe fn load<V: Vector>(p: *const Self) -> V {
         // SAFETY: forwarded contract; bf16 is a transparent u16.
         unsafe { V::load_bf16(p.cast()) }
+    }
+    #[inline(always)]
+    unsafe fn load_pair<V: Vector>(p: *const Self) -> (V, V) {
+        // SAFETY: forwarded contract; bf16 is a transparent u16.
+        unsafe { V::load_bf16_pair(p.cast()) }
     }
     fn as_bf16<'a, 'b>(inputs: &'b Inputs<'a, Self>) -> Option<&'b Inputs<'a, bf16>> {
         Some(inputs)

@@ -32,8 +32,12 @@ pub trait Blocking {
     type T: Vector;
     const MR: usize;
     const NV: usize;
-    /// Query rows per register tile of the decode scores (`products.rs`, by dot products).
-    const DOT_ROWS: usize;
+    /// Keys per register tile of the decode scores (`decode.rs`: keys × 4 query rows of
+    /// vector accumulators).
+    const DOT_KEYS: usize;
+    /// Vectors of output columns per register panel of the decode outputs (`decode.rs`: 4 rows
+    /// × this many vectors of accumulators).
+    const OUT_VECS: usize;
 }
 
 /// `C (m × n) = [C +] A (m × k) · B (k × n)`; `n` must be a multiple of 8.

@@ -1,12 +1,14 @@
 //! The CPU backend: a tiled flash-attention forward with the online softmax and f32
 //! accumulation, on our own register-blocked products (AVX-512 or AVX2 chosen at run time, plain
-//! Rust elsewhere; bf16 prefill on AMX tiles where the CPU has them), parallel (rayon) over blocks of query rows and, for decode-like calls with
-//! few rows, over splits of the keys. Blocks and splits depend on the shapes only, never on the
+//! Rust elsewhere; bf16 prefill on AMX tiles where the CPU has them; decode reading K/V in place,
+//! `decode.rs`), parallel (rayon) over blocks of query rows and, for decode-like calls with few
+//! rows, over splits of the keys. Blocks and splits depend on the shapes only, never on the
 //! thread count, so results are bit-identical for any number of threads.
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
 mod block;
+mod decode;
 mod element;
 mod gemm;
 mod mask;
@@ -107,7 +109,8 @@ impl gemm::Blocking for Avx512 {
     type T = simd::F32x8;
     const MR: usize = 12;
     const NV: usize = 2;
-    const DOT_ROWS: usize = 4;
+    const DOT_KEYS: usize = 4;
+    const OUT_VECS: usize = 4;
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -116,7 +119,8 @@ impl gemm::Blocking for Avx2 {
     type T = simd::F32x8;
     const MR: usize = 6;
     const NV: usize = 2;
-    const DOT_ROWS: usize = 2;
+    const DOT_KEYS: usize = 2;
+    const OUT_VECS: usize = 2;
 }
 
 impl gemm::Blocking for Portable {
@@ -124,7 +128,8 @@ impl gemm::Blocking for Portable {
     type T = simd::Portable8;
     const MR: usize = 4;
     const NV: usize = 2;
-    const DOT_ROWS: usize = 2;
+    const DOT_KEYS: usize = 2;
+    const OUT_VECS: usize = 2;
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -1,7 +1,9 @@
 //! The products of a block in f32, for every dtype on every CPU: queries pre-scaled and
-//! transposed, K/V tiles copied (and widened) into scratch or, for f32 decode, read in place.
+//! transposed, K/V tiles copied (and widened) into scratch or, for f32 rows few heads reuse,
+//! read in place. Blocks of at most `STREAM_MAX_ROWS` rows per head (decode) go to `decode.rs`.
 
-use super::block::{prefetch, spread_stride, Inputs, Kv, Products, Scratch, Tile, PREFETCH_ROWS};
+use super::block::{prefetch, spread_stride, Inputs, Kv, Level, Products, Scratch, Tile, PREFETCH_ROWS};
+use super::decode::{self, STREAM_MAX_ROWS};
 use super::element::{widen, Element};
 use super::gemm::{matmul, Blocking, Rows, Strided};
 use super::simd::Vector;
@@ -49,7 +51,7 @@ unsafe fn kv_tiles<T: Element, K: Blocking>(inp: &Inputs<'_, T>, which: Kv, scra
         scratch.resize(heads * head_stride, 0.0);
     }
     // The hardware prefetchers do not follow rows a page apart: ask for rows ahead.
-    let prefetch_key = |r: usize| (0..heads).for_each(|head| prefetch(row(r, head)));
+    let prefetch_key = |r: usize| (0..heads).for_each(|head| prefetch(row(r, head), Level::L1));
     (0..PREFETCH_ROWS.min(n)).for_each(prefetch_key);
     for r in 0..n {
         if r + PREFETCH_ROWS < n {
@@ -64,115 +66,34 @@ unsafe fn kv_tiles<T: Element, K: Blocking>(inp: &Inputs<'_, T>, which: Kv, scra
     KvTiles { ptr: scratch.as_ptr(), row_stride: stride, head_stride }
 }
 
-/// Heads with at most this many live rows (decode) get their scores by dot products.
-const DOT_MAX_ROWS: usize = 8;
-
-/// `Sᵀ` of one head for few query rows: each score a dot product along d (one vector FMA per
-/// lane-width of a K row and query row), summed across lanes at the end. The broadcast
-/// product costs one broadcast and one FMA per K element whatever the row count; this costs
-/// about rows / lanes. Scores of key `j`, row `r` go to `out[j * ld + r]`; dead rows are
-/// left alone.
-///
-/// # Safety
-/// `k` holds `n` rows of `d` at its stride, `q` `rows` rows of `d`, `out` n × ld; the CPU has
-/// the features of `K`'s vectors.
-#[inline(always)]
-unsafe fn scores_by_dots<K: Blocking>(n: usize, d: usize, k: (*const f32, usize), q: *const f32, rows: usize, out: *mut f32, ld: usize) {
-    let mut j = 0;
-    // SAFETY (whole body): keys j..j + KEYS < n and rows r..r + R < rows, per the contract.
-    unsafe {
-        while j < n {
-            let keys = if n - j >= 4 { 4 } else { 1 };
-            let mut r = 0;
-            while r < rows {
-                let take = K::DOT_ROWS.min(rows - r);
-                macro_rules! dots {
-                    ($keys:literal, $($rows:literal)*) => {
-                        match take {
-                            $($rows => dot_tile::<K, $keys, $rows>(d, k, j, q.add(r * d), out.add(j * ld + r), ld),)*
-                            _ => unreachable!("at most 4 rows per dot tile"),
-                        }
-                    };
-                }
-                if keys == 4 {
-                    dots!(4, 1 2 3 4)
-                } else {
-                    dots!(1, 1 2 3 4)
-                }
-                r += take;
-            }
-            j += keys;
-        }
-    }
-}
-
-/// `KEYS` keys from `j` against `R` query rows: `KEYS × R` vector accumulators.
-#[inline(always)]
-unsafe fn dot_tile<K: Blocking, const KEYS: usize, const R: usize>(d: usize, k: (*const f32, usize), j: usize, q: *const f32, out: *mut f32, ld: usize) {
-    type Wide<K> = <K as Blocking>::V;
-    type Narrow<K> = <K as Blocking>::T;
-    // SAFETY (whole body): per `scores_by_dots`; chunks stay below d (a multiple of 8).
-    unsafe {
-        let key = |i: usize| k.0.add((j + i) * k.1);
-        let mut sums = [[0.0f32; R]; KEYS];
-        let mut c = 0;
-        let wide = Wide::<K>::LANES;
-        if c + wide <= d {
-            let mut acc = [[Wide::<K>::splat(0.0); R]; KEYS];
-            while c + wide <= d {
-                let kv: [Wide<K>; KEYS] = std::array::from_fn(|i| Wide::<K>::load(key(i).add(c)));
-                for r in 0..R {
-                    let qv = Wide::<K>::load(q.add(r * d + c));
-                    for i in 0..KEYS {
-                        acc[i][r] = kv[i].mul_add(qv, acc[i][r]);
-                    }
-                }
-                c += wide;
-            }
-            for i in 0..KEYS {
-                for r in 0..R {
-                    sums[i][r] = acc[i][r].sum_lanes();
-                }
-            }
-        }
-        while c < d {
-            for i in 0..KEYS {
-                for r in 0..R {
-                    let v = Narrow::<K>::load(key(i).add(c)).mul_add(Narrow::<K>::load(q.add(r * d + c)), Narrow::<K>::splat(0.0));
-                    sums[i][r] += v.sum_lanes();
-                }
-            }
-            c += Narrow::<K>::LANES;
-        }
-        for i in 0..KEYS {
-            for r in 0..R {
-                *out.add(i * ld + r) = sums[i][r];
-            }
-        }
-    }
-}
-
 impl<T: Element, K: Blocking> Products<T> for F32<K> {
     type K = K;
 
     #[inline(always)]
-    unsafe fn clear_queries(s: &mut Scratch, d: usize, ld: usize) {
-        super::block::reset(&mut s.q_t, d * ld, 0.0);
-        super::block::reset(&mut s.q_rows, ld * d, 0.0);
+    unsafe fn clear_queries(s: &mut Scratch, d: usize, ld: usize, by_rows: bool) {
+        let q = if by_rows { &mut s.q_rows } else { &mut s.q_t };
+        super::block::reset(q, d * ld, 0.0);
     }
 
     #[inline(always)]
-    unsafe fn pack_query(s: &mut Scratch, row: &[T], r: usize, ld: usize, scale: f32) {
+    unsafe fn pack_query(s: &mut Scratch, row: &[T], r: usize, ld: usize, scale: f32, by_rows: bool) {
         let d = row.len();
         for (kk, x) in row.iter().enumerate() {
             let q = x.to_f32() * scale;
-            s.q_t[kk * ld + r] = q;
-            s.q_rows[r * d + kk] = q;
+            if by_rows {
+                s.q_rows[r * d + decode::pair_slot::<T>(kk, d, K::V::LANES)] = q;
+            } else {
+                s.q_t[kk * ld + r] = q;
+            }
         }
     }
 
     #[inline(always)]
     unsafe fn scores(inp: &Inputs<'_, T>, s: &mut Scratch, tile: &Tile) {
+        if tile.head_rows <= STREAM_MAX_ROWS {
+            // SAFETY: features per the caller; the scratch is sized for the block.
+            return unsafe { decode::scores::<T, K>(inp, s, tile) };
+        }
         let d = inp.call.head_dim;
         // SAFETY (whole body): features per the caller; q_t is d × ld and scores_t at least
         // keys × ld, each head at its column offset; the k tiles hold keys rows of d.
@@ -181,11 +102,6 @@ impl<T: Element, K: Blocking> Products<T> for F32<K> {
             for head in 0..tile.heads {
                 let (k_ptr, k_stride) = k_tiles.head(head);
                 let col = head * tile.head_cols;
-                if tile.head_rows <= DOT_MAX_ROWS {
-                    let q = s.q_rows.as_ptr().add(col * d);
-                    scores_by_dots::<K>(tile.keys(), d, (k_ptr, k_stride), q, tile.head_rows, s.scores_t.as_mut_ptr().add(col), tile.ld);
-                    continue;
-                }
                 // Sᵀ (keys × head_cols) = K (keys × d) · Qᵀ (d × head_cols), this head's columns.
                 matmul::<K>(
                     tile.keys(),
@@ -202,6 +118,10 @@ impl<T: Element, K: Blocking> Products<T> for F32<K> {
 
     #[inline(always)]
     unsafe fn outputs(inp: &Inputs<'_, T>, s: &mut Scratch, tile: &Tile) {
+        if tile.head_rows <= STREAM_MAX_ROWS {
+            // SAFETY: as above.
+            return unsafe { decode::outputs::<T, K>(inp, s, tile) };
+        }
         let d = inp.call.head_dim;
         // SAFETY (whole body): as in `scores`; acc holds rows × d, each head at its row offset.
         unsafe {

@@ -76,6 +76,11 @@ pub trait Vector: Copy {
     unsafe fn load_bf16(p: *const u16) -> Self;
     /// Lanes of IEEE f16 (as raw u16 bits) widened to f32.
     unsafe fn load_f16(p: *const u16) -> Self;
+    /// `2 × LANES` bf16 (raw u16 bits) as f32, split by parity: the even-indexed elements,
+    /// then the odd ones. One bit operation per vector, where [`Vector::load_bf16`] costs a
+    /// widening shuffle and a shift; the other operand must be laid out the same way
+    /// (`decode.rs`).
+    unsafe fn load_bf16_pair(p: *const u16) -> (Self, Self);
     /// `self * b + c`, fused.
     unsafe fn mul_add(self, b: Self, c: Self) -> Self;
     unsafe fn add(self, b: Self) -> Self;
@@ -83,6 +88,12 @@ pub trait Vector: Copy {
     unsafe fn max(self, b: Self) -> Self;
     /// The sum of the lanes.
     unsafe fn sum_lanes(self) -> f32;
+    /// The lane sums of four vectors at once (cheaper than four `sum_lanes`).
+    #[inline(always)]
+    unsafe fn sum_lanes4(v: [Self; 4]) -> [f32; 4] {
+        // SAFETY: forwarded contract.
+        unsafe { [v[0].sum_lanes(), v[1].sum_lanes(), v[2].sum_lanes(), v[3].sum_lanes()] }
+    }
     /// Lanes equal to -inf become 0: the shift of a row that has seen no key yet.
     unsafe fn neg_inf_to_zero(self) -> Self;
     /// `e^x` per lane, [`exp_scalar`]'s algorithm: exactly 0 below -87 (so -inf gives 0).
@@ -150,6 +161,13 @@ impl Vector for Portable8 {
         Portable8(raw.map(|b| f32::from_bits((b as u32) << 16)))
     }
     #[inline(always)]
+    unsafe fn load_bf16_pair(p: *const u16) -> (Self, Self) {
+        // SAFETY: the caller guarantees 16 readable u16s at `p`.
+        let raw = unsafe { p.cast::<[u16; 16]>().read_unaligned() };
+        let widen = |b: u16| f32::from_bits((b as u32) << 16);
+        (Portable8(std::array::from_fn(|i| widen(raw[2 * i]))), Portable8(std::array::from_fn(|i| widen(raw[2 * i + 1]))))
+    }
+    #[inline(always)]
     unsafe fn load_f16(p: *const u16) -> Self {
         // SAFETY: the caller guarantees 8 readable u16s at `p`.
         let raw = unsafe { p.cast::<[u16; 8]>().read_unaligned() };
@@ -197,6 +215,9 @@ mod x86 {
     #[derive(Clone, Copy)]
     pub struct F32x8(pub(crate) __m256);
 
+    /// The upper 16 bits of a 32-bit lane: where an odd-indexed bf16 already sits as an f32.
+    const HIGH_HALF: i32 = 0xffff_0000_u32 as i32;
+
     /// Sixteen lanes in a zmm register (AVX-512F).
     #[derive(Clone, Copy)]
     pub struct F32x16(pub(crate) __m512);
@@ -228,6 +249,14 @@ mod x86 {
             F32x8(_mm256_cvtph_ps(_mm_loadu_si128(p.cast())))
         }
         #[inline(always)]
+        unsafe fn load_bf16_pair(p: *const u16) -> (Self, Self) {
+            // Each 32-bit lane holds elements 2i (low half) and 2i + 1 (high half).
+            let raw = _mm256_loadu_si256(p.cast());
+            let even = _mm256_slli_epi32::<16>(raw);
+            let odd = _mm256_and_si256(raw, _mm256_set1_epi32(HIGH_HALF));
+            (F32x8(_mm256_castsi256_ps(even)), F32x8(_mm256_castsi256_ps(odd)))
+        }
+        #[inline(always)]
         unsafe fn mul_add(self, b: Self, c: Self) -> Self {
             F32x8(_mm256_fmadd_ps(self.0, b.0, c.0))
         }
@@ -242,6 +271,15 @@ mod x86 {
         #[inline(always)]
         unsafe fn max(self, b: Self) -> Self {
             F32x8(_mm256_max_ps(self.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn sum_lanes4(v: [Self; 4]) -> [f32; 4] {
+            // Pairwise sums within 128-bit lanes, then the two halves: [Σv0, Σv1, Σv2, Σv3].
+            let h = _mm256_hadd_ps(_mm256_hadd_ps(v[0].0, v[1].0), _mm256_hadd_ps(v[2].0, v[3].0));
+            let s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+            let mut out = [0.0f32; 4];
+            _mm_storeu_ps(out.as_mut_ptr(), s);
+            out
         }
         #[inline(always)]
         unsafe fn sum_lanes(self) -> f32 {
@@ -275,6 +313,15 @@ mod x86 {
         }
     }
 
+    impl F32x16 {
+        /// The sum of the two 256-bit halves.
+        #[inline(always)]
+        unsafe fn halves_added(self) -> F32x8 {
+            let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(self.0)));
+            F32x8(_mm256_add_ps(_mm512_castps512_ps256(self.0), high))
+        }
+    }
+
     impl Vector for F32x16 {
         const LANES: usize = 16;
         #[inline(always)]
@@ -299,6 +346,14 @@ mod x86 {
             F32x16(_mm512_cvtph_ps(_mm256_loadu_si256(p.cast())))
         }
         #[inline(always)]
+        unsafe fn load_bf16_pair(p: *const u16) -> (Self, Self) {
+            // As for F32x8.
+            let raw = _mm512_loadu_si512(p.cast());
+            let even = _mm512_slli_epi32::<16>(raw);
+            let odd = _mm512_and_si512(raw, _mm512_set1_epi32(HIGH_HALF));
+            (F32x16(_mm512_castsi512_ps(even)), F32x16(_mm512_castsi512_ps(odd)))
+        }
+        #[inline(always)]
         unsafe fn mul_add(self, b: Self, c: Self) -> Self {
             F32x16(_mm512_fmadd_ps(self.0, b.0, c.0))
         }
@@ -317,6 +372,12 @@ mod x86 {
         #[inline(always)]
         unsafe fn sum_lanes(self) -> f32 {
             _mm512_reduce_add_ps(self.0)
+        }
+        #[inline(always)]
+        unsafe fn sum_lanes4(v: [Self; 4]) -> [f32; 4] {
+            // Each vector's two 256-bit halves added, then the 8-lane reduction. (No
+            // `array::map`: it is not inlined, and its closure would not get the CPU features.)
+            F32x8::sum_lanes4([v[0].halves_added(), v[1].halves_added(), v[2].halves_added(), v[3].halves_added()])
         }
         #[inline(always)]
         unsafe fn neg_inf_to_zero(self) -> Self {
@@ -378,16 +439,38 @@ mod tests {
         }
     }
 
+    fn four_sums_match_lane_sums<V: Vector>() {
+        let mut seed = 0x9e37_79b9u32;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed % 2001) as f32 / 100.0 - 10.0
+        };
+        for _ in 0..50 {
+            let data: Vec<f32> = (0..4 * V::LANES).map(|_| next()).collect();
+            // SAFETY: the caller checked the CPU features of V; `data` holds 4 × LANES f32s.
+            let sums = unsafe { V::sum_lanes4(std::array::from_fn(|i| V::load(data.as_ptr().add(i * V::LANES)))) };
+            for (chunk, sum) in data.chunks_exact(V::LANES).zip(sums) {
+                let want: f32 = chunk.iter().sum();
+                assert!((sum - want).abs() <= 1e-4 * (1.0 + want.abs()), "sum {sum}, lane by lane {want}");
+            }
+        }
+    }
+
     #[test]
-    fn every_vector_type_agrees_with_the_scalar_exp() {
+    fn every_vector_type_agrees_with_the_scalar_exp_and_sums() {
         vector_exp_is_lane_wise::<Portable8>();
+        four_sums_match_lane_sums::<Portable8>();
         #[cfg(target_arch = "x86_64")]
         {
             if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
                 vector_exp_is_lane_wise::<F32x8>();
+                four_sums_match_lane_sums::<F32x8>();
             }
             if std::is_x86_feature_detected!("avx512f") {
                 vector_exp_is_lane_wise::<F32x16>();
+                four_sums_match_lane_sums::<F32x16>();
             }
         }
     }

@@ -23,9 +23,10 @@ const PACKED_TILE_KEYS: usize = 32;
 
 /// Which rows and keys a block covers: the query heads of k/v heads `hk0..hk0 + heads` at
 /// positions `pos0..pos0 + positions`, against the keys `keys`. Each k/v head owns `head_cols`
-/// rows (a multiple of 8, the vector width of the scores' product): its `head_rows` live rows
-/// (position-major, then the heads of its GQA group), then dead padding rows that are computed
-/// on zero queries and never written.
+/// rows: its `head_rows` live rows (position-major, then the heads of its GQA group), then, for
+/// the broadcast products, dead padding rows up to a multiple of 8 (their vector width) that
+/// are computed on zero queries and never written. Blocks of `decode.rs` (at most
+/// `STREAM_MAX_ROWS` rows per head) pack their heads' rows densely and pad only at the end.
 #[derive(Debug, Clone, Copy)]
 pub struct BlockId {
     pub b: usize,
@@ -44,19 +45,25 @@ impl BlockId {
     }
 
     pub fn head_cols(&self, call: &AttnCall) -> usize {
-        self.head_rows(call).next_multiple_of(8)
+        let rows = self.head_rows(call);
+        if rows <= STREAM_MAX_ROWS {
+            rows
+        } else {
+            rows.next_multiple_of(8)
+        }
     }
 
-    /// All rows, dead ones included: the height of the block's output buffer.
+    /// All rows, dead ones included (a multiple of 8, the softmax's vector width): the height
+    /// of the block's output buffer.
     pub fn rows(&self, call: &AttnCall) -> usize {
-        self.heads * self.head_cols(call)
+        (self.heads * self.head_cols(call)).next_multiple_of(8)
     }
 
     /// Query position and head of row `r`; `None` for a dead row.
     pub fn row(&self, call: &AttnCall, r: usize) -> Option<(usize, usize)> {
         let g = call.group_size();
         let (head, local) = (r / self.head_cols(call), r % self.head_cols(call));
-        (local < self.head_rows(call)).then(|| (self.pos0 + local / g, (self.hk0 + head) * g + local % g))
+        (head < self.heads && local < self.head_rows(call)).then(|| (self.pos0 + local / g, (self.hk0 + head) * g + local % g))
     }
 }
 
@@ -75,8 +82,10 @@ pub struct Inputs<'a, T> {
 #[derive(Default)]
 pub struct Scratch {
     pub q_t: Vec<f32>,
-    /// The queries as rows (blocks of few rows per head: `decode.rs`), in its element order.
+    /// The queries as rows (blocks of few rows per head: `decode.rs`), in its element order:
+    /// element `e` at `q_slots[e]`.
     pub q_rows: Vec<f32>,
+    pub q_slots: Vec<usize>,
     pub scores_t: Vec<f32>,
     pub acc: Vec<f32>,
     pub row_max: Vec<f32>,
@@ -260,13 +269,13 @@ pub unsafe fn run<T: Element, P: Products<T>>(inp: &Inputs<'_, T>, id: BlockId, 
         j0 = j1;
     }
     if by_rows {
-        restore_order::<T>(&mut s.acc, rows, d, <P::K as Blocking>::V::LANES);
+        restore_order::<T>(&mut s.acc, rows, &s.q_slots);
     }
 }
 
 /// The masks and logit transforms of block `id`'s rows; hands each live row's query (its
 /// `head_dim` elements) to `pack` with its row index. Dead rows borrow the position and head
-/// of their k/v head's last live row, so they change no mask or span.
+/// of their (or the last) k/v head's last live row, so they change no mask or span.
 pub fn prepare_rows<T: Element>(inp: &Inputs<'_, T>, id: BlockId, mut pack: impl FnMut(usize, &[T])) -> Logits {
     let call = inp.call;
     let (d, seq, rows) = (call.head_dim, call.seqs.get(id.b), id.rows(call));
@@ -280,7 +289,10 @@ pub fn prepare_rows<T: Element>(inp: &Inputs<'_, T>, id: BlockId, mut pack: impl
                 pack(r, &inp.q[at..at + d]);
                 (pos, h)
             }
-            None => id.row(call, r - r % head_cols + head_rows - 1).expect("a k/v head has a live row"),
+            None => {
+                let head = (r / head_cols).min(id.heads - 1);
+                id.row(call, head * head_cols + head_rows - 1).expect("a k/v head has a live row")
+            }
         };
         positions.push(pos);
         heads.push(h);

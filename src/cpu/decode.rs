@@ -10,7 +10,7 @@
 //!
 //! bf16 rows load two vectors at a time split by parity, one bit operation each
 //! ([`Element::load_pair`]); the queries and the outputs of such blocks sit in that order
-//! ([`pair_slot`]) until `block::run` puts the outputs back ([`restore_order`]).
+//! ([`pair_slots`]) until `block::run` puts the outputs back ([`restore_order`]).
 
 use super::block::{prefetch, Inputs, Kv, Level, Scratch, Tile};
 use super::element::Element;
@@ -103,7 +103,7 @@ unsafe fn dot_tile<T: Element, K: Blocking, const N: usize, const R: usize>(d: u
 }
 
 /// Adds the dot products over the elements `c..` (whole vectors of `V` only) to `sums`; returns
-/// where it stopped. Pairs of vectors first, in the layout of [`pair_slot`], then single ones.
+/// where it stopped. Pairs of vectors first, in the layout of [`pair_slots`], then single ones.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // acc is [key][row]; the loops run rows outer, keys inner.
 unsafe fn dot_chunks<T: Element, V: Vector, const N: usize, const R: usize>(
@@ -150,30 +150,32 @@ unsafe fn dot_chunks<T: Element, V: Vector, const N: usize, const R: usize>(
     c
 }
 
-/// Where element `e` of a `d`-long query or output row sits in these products' layout, for
-/// vectors of `lanes`: inputs whose pairs of vectors load split by parity (bf16,
+/// Where each element of a `d`-long query or output row sits in these products' layout, for
+/// vectors of `lanes`, into `slots`: inputs whose pairs of vectors load split by parity (bf16,
 /// [`Element::load_pair`]) keep each whole group of `2 × lanes` elements as its even-indexed
 /// elements, then its odd ones; the rest, and every other input, in order.
-pub fn pair_slot<T: Element>(e: usize, d: usize, lanes: usize) -> usize {
+pub fn pair_slots<T: Element>(d: usize, lanes: usize, slots: &mut Vec<usize>) {
+    slots.clear();
     let group = 2 * lanes;
-    if !T::PAIRS_BY_PARITY || e >= d / group * group {
-        return e;
+    let whole = if T::PAIRS_BY_PARITY { d / group * group } else { 0 };
+    for base in (0..whole).step_by(group) {
+        slots.extend((0..group).map(|within| base + within / 2 + (within % 2) * lanes));
     }
-    let (base, within) = (e - e % group, e % group);
-    base + within / 2 + if within % 2 == 1 { lanes } else { 0 }
+    slots.extend(whole..d);
 }
 
-/// Puts the first `rows` output rows of `acc` (d apart) back in order from the [`pair_slot`]
-/// layout.
-pub fn restore_order<T: Element>(acc: &mut [f32], rows: usize, d: usize, lanes: usize) {
+/// Puts the first `rows` output rows of `acc` (d apart) back in order from the layout of
+/// [`pair_slots`] (`slots`).
+pub fn restore_order<T: Element>(acc: &mut [f32], rows: usize, slots: &[usize]) {
     if !T::PAIRS_BY_PARITY {
         return;
     }
+    let d = slots.len();
     let mut row = vec![0.0f32; d];
     for r in 0..rows {
         let out = &mut acc[r * d..(r + 1) * d];
-        for (e, x) in row.iter_mut().enumerate() {
-            *x = out[pair_slot::<T>(e, d, lanes)];
+        for (x, &slot) in row.iter_mut().zip(slots) {
+            *x = out[slot];
         }
         out.copy_from_slice(&row);
     }
@@ -237,7 +239,7 @@ impl<T: Element> Panel<T> {
     unsafe fn add_rows<K: Blocking, const R: usize>(&self) {
         // SAFETY: per `outputs`; column panels stay below d.
         unsafe {
-            // Whole pairs of vectors first (`OUT_VECS` is even), as `pair_slot` lays them out.
+            // Whole pairs of vectors first (`OUT_VECS` is even), as `pair_slots` lays them out.
             let wide = K::OUT_VECS * K::V::LANES;
             let mut c = 0;
             while c + wide <= self.d {

@@ -212,7 +212,8 @@ fn run_all<T: Element>(inp: &Inputs<'_, T>, want_lse: bool) -> Result<(Vec<T>, O
             let mut s = cell.borrow_mut();
             run_block(isa, inp, item, &mut s);
             if item.splits == 1 {
-                writer.write(item, &s.acc, &s.row_max, &s.row_sum);
+                let rows = item.block.rows(call);
+                writer.write(item, 0, &s.acc, &s.row_max[..rows], &s.row_sum[..rows]);
                 None
             } else {
                 let rows = item.block.rows(call);
@@ -227,40 +228,48 @@ fn run_all<T: Element>(inp: &Inputs<'_, T>, want_lse: bool) -> Result<(Vec<T>, O
     } else {
         plan.items.par_iter().map(work).collect()
     };
-    let merge = |first: usize| {
+    // Splits merge in parallel over row chunks too: a decode call of one sequence is one row
+    // set, whose merge would otherwise run on one thread.
+    let firsts = plan.items.iter().enumerate().filter(|(_, it)| it.splits > 1 && it.split == 0).map(|(i, _)| i);
+    let tasks: Vec<(usize, usize)> =
+        firsts.flat_map(|first| (0..plan.items[first].block.rows(call)).step_by(MERGE_ROWS).map(move |r0| (first, r0))).collect();
+    let merge = |&(first, r0): &(usize, usize)| {
         let item = &plan.items[first];
+        let rows = MERGE_ROWS.min(item.block.rows(call) - r0);
         let parts: Vec<&Partial> = partials[first..first + item.splits].iter().map(|p| p.as_ref().expect("a split keeps its partial")).collect();
-        let merged = merge_splits(&parts, d);
-        writer.write(item, &merged.acc, &merged.row_max, &merged.row_sum);
+        let merged = merge_splits(&parts, r0, rows, d);
+        writer.write(item, r0, &merged.acc, &merged.row_max, &merged.row_sum);
     };
-    let firsts: Vec<usize> = plan.items.iter().enumerate().filter(|(_, it)| it.splits > 1 && it.split == 0).map(|(i, _)| i).collect();
     if plan.is_small() {
-        firsts.iter().copied().for_each(merge);
+        tasks.iter().for_each(merge);
     } else {
-        firsts.par_iter().copied().for_each(merge);
+        tasks.par_iter().for_each(merge);
     }
     Ok((out, want_lse.then_some(lse)))
 }
 
-/// Combines the splits of one row set, in split order: every row's output is the splits'
-/// outputs weighted by `e^(max_s - max)`, its sum likewise.
-fn merge_splits(parts: &[&Partial], d: usize) -> Partial {
-    let rows = parts[0].row_max.len();
+/// Rows per task of the split merge.
+const MERGE_ROWS: usize = 8;
+
+/// Combines the splits of rows `r0..r0 + rows` of one row set, in split order: every row's
+/// output is the splits' outputs weighted by `e^(max_s - max)`, its sum likewise.
+fn merge_splits(parts: &[&Partial], r0: usize, rows: usize, d: usize) -> Partial {
     let mut merged = Partial { acc: vec![0.0; rows * d], row_max: vec![f32::NEG_INFINITY; rows], row_sum: vec![0.0; rows] };
-    for r in 0..rows {
+    for i in 0..rows {
+        let r = r0 + i;
         let max = parts.iter().fold(f32::NEG_INFINITY, |m, p| m.max(p.row_max[r]));
         if max == f32::NEG_INFINITY {
             continue;
         }
-        let out = &mut merged.acc[r * d..(r + 1) * d];
+        let out = &mut merged.acc[i * d..(i + 1) * d];
         for p in parts {
             let weight = (p.row_max[r] - max).exp();
-            merged.row_sum[r] += p.row_sum[r] * weight;
+            merged.row_sum[i] += p.row_sum[r] * weight;
             for (o, x) in out.iter_mut().zip(&p.acc[r * d..(r + 1) * d]) {
                 *o += x * weight;
             }
         }
-        merged.row_max[r] = max;
+        merged.row_max[i] = max;
     }
     merged
 }
@@ -276,26 +285,27 @@ struct Writer<'a, T> {
 }
 
 impl<T: Element> Writer<'_, T> {
-    /// Normalizes the rows of `item` (`acc` rows × d, with their max and sum) and stores them.
-    /// Each (sequence, head, position) is written by exactly one item.
-    fn write(&self, item: &Item, acc: &[f32], row_max: &[f32], row_sum: &[f32]) {
+    /// Normalizes the rows `r0..r0 + row_max.len()` of `item` (`acc` those rows × d, with
+    /// their max and sum) and stores them. Each (sequence, head, position) is written by exactly
+    /// one item (and row chunk of its merge).
+    fn write(&self, item: &Item, r0: usize, acc: &[f32], row_max: &[f32], row_sum: &[f32]) {
         let call = self.call;
         let d = call.head_dim;
-        for r in 0..item.block.rows(call) {
+        for (i, r) in (r0..r0 + row_max.len()).enumerate() {
             let Some((pos, h)) = item.block.row(call, r) else { continue };
             let at = call.out_offset(item.block.b, h, pos);
             assert!(at + d <= self.out_len);
             // SAFETY: `at + d <= out_len` (checked), and no other item writes row (b, h, pos):
             // the plan partitions the (b, h, position) space (splits merge before writing).
             let dst = unsafe { std::slice::from_raw_parts_mut(self.out.ptr().add(at), d) };
-            let inv = if row_sum[r] > 0.0 { 1.0 / row_sum[r] } else { 0.0 };
-            for (o, x) in dst.iter_mut().zip(&acc[r * d..(r + 1) * d]) {
+            let inv = if row_sum[i] > 0.0 { 1.0 / row_sum[i] } else { 0.0 };
+            for (o, x) in dst.iter_mut().zip(&acc[i * d..(i + 1) * d]) {
                 *o = T::from_f32(*x * inv);
             }
             if self.want_lse {
                 let li = call.lse_index(item.block.b, h, pos);
                 assert!(li < self.lse_len);
-                let value = if row_sum[r] > 0.0 { row_max[r] + row_sum[r].ln() } else { f32::NEG_INFINITY };
+                let value = if row_sum[i] > 0.0 { row_max[i] + row_sum[i].ln() } else { f32::NEG_INFINITY };
                 // SAFETY: in bounds (checked) and written by this item only, as above.
                 unsafe { *self.lse.ptr().add(li) = value };
             }

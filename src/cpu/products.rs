@@ -71,6 +71,9 @@ impl<T: Element, K: Blocking> Products<T> for F32<K> {
 
     #[inline(always)]
     unsafe fn clear_queries(s: &mut Scratch, d: usize, ld: usize, by_rows: bool) {
+        if by_rows {
+            decode::pair_slots::<T>(d, K::V::LANES, &mut s.q_slots);
+        }
         let q = if by_rows { &mut s.q_rows } else { &mut s.q_t };
         super::block::reset(q, d * ld, 0.0);
     }
@@ -81,7 +84,7 @@ impl<T: Element, K: Blocking> Products<T> for F32<K> {
         for (kk, x) in row.iter().enumerate() {
             let q = x.to_f32() * scale;
             if by_rows {
-                s.q_rows[r * d + decode::pair_slot::<T>(kk, d, K::V::LANES)] = q;
+                s.q_rows[r * d + s.q_slots[kk]] = q;
             } else {
                 s.q_t[kk * ld + r] = q;
             }

@@ -211,12 +211,11 @@ fn run_all<T: Element>(inp: &Inputs<'_, T>, want_lse: bool) -> Result<(Vec<T>, O
         SCRATCH.with(|cell| {
             let mut s = cell.borrow_mut();
             run_block(isa, inp, item, &mut s);
+            let rows = item.block.rows(call);
             if item.splits == 1 {
-                let rows = item.block.rows(call);
                 writer.write(item, 0, &s.acc, &s.row_max[..rows], &s.row_sum[..rows]);
                 None
             } else {
-                let rows = item.block.rows(call);
                 Some(Partial { acc: s.acc.clone(), row_max: s.row_max[..rows].to_vec(), row_sum: s.row_sum[..rows].to_vec() })
             }
         })

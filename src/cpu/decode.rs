@@ -49,33 +49,35 @@ pub unsafe fn scores<T: Element, K: Blocking>(inp: &Inputs<'_, T>, s: &mut Scrat
             for key in j..j + keys {
                 (0..tile.heads).for_each(|head| prefetch(&v_src[key * v_row_stride + head * v_head_stride..][..d], Level::L2));
             }
-            for head in 0..tile.heads {
+            for (head, row, take) in row_tiles(tile) {
                 let k = Rows { ptr: src.as_ptr().add(j * row_stride + head * head_stride), stride: row_stride };
-                let col = head * tile.head_cols;
-                let mut r = 0;
-                while r < tile.head_rows {
-                    let take = ROWS.min(tile.head_rows - r);
-                    let (q, out) = (q.add((col + r) * d), out.add(j * ld + col + r));
-                    macro_rules! dots {
-                        ($($keys:literal)*) => {
-                            match keys {
-                                $($keys => match take {
-                                    1 => dot_tile::<T, K, $keys, 1>(d, k, q, out, ld),
-                                    2 => dot_tile::<T, K, $keys, 2>(d, k, q, out, ld),
-                                    3 => dot_tile::<T, K, $keys, 3>(d, k, q, out, ld),
-                                    _ => dot_tile::<T, K, $keys, 4>(d, k, q, out, ld),
-                                },)*
-                                _ => unreachable!("DOT_KEYS is 1, 2 or 4"),
-                            }
-                        };
-                    }
-                    dots!(1 2 4);
-                    r += take;
+                let (q, out) = (q.add(row * d), out.add(j * ld + row));
+                macro_rules! dots {
+                    ($($keys:literal)*) => {
+                        match keys {
+                            $($keys => match take {
+                                1 => dot_tile::<T, K, $keys, 1>(d, k, q, out, ld),
+                                2 => dot_tile::<T, K, $keys, 2>(d, k, q, out, ld),
+                                3 => dot_tile::<T, K, $keys, 3>(d, k, q, out, ld),
+                                _ => dot_tile::<T, K, $keys, 4>(d, k, q, out, ld),
+                            },)*
+                            _ => unreachable!("DOT_KEYS is 1, 2 or 4"),
+                        }
+                    };
                 }
+                dots!(1 2 4);
             }
             j += keys;
         }
     }
+}
+
+/// The register tiles of both products, for every head of the tile: `(head, row, rows)`, the
+/// tile's first row in the block and its [`ROWS`] rows (fewer at the end of a head's rows).
+fn row_tiles(tile: &Tile) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+    (0..tile.heads).flat_map(move |head| {
+        (0..tile.head_rows).step_by(ROWS).map(move |r| (head, head * tile.head_cols + r, ROWS.min(tile.head_rows - r)))
+    })
 }
 
 /// Rows of K or V in place: row `i` at `ptr + i * stride`.
@@ -198,20 +200,14 @@ pub unsafe fn outputs<T: Element, K: Blocking>(inp: &Inputs<'_, T>, s: &mut Scra
     unsafe {
         for j in (0..n).step_by(OUT_KEYS) {
             let keys = OUT_KEYS.min(n - j);
-            for head in 0..tile.heads {
+            for (head, row, take) in row_tiles(tile) {
                 let v = Rows { ptr: src.as_ptr().add(j * row_stride + head * head_stride), stride: row_stride };
-                let col = head * tile.head_cols;
-                let mut r = 0;
-                while r < tile.head_rows {
-                    let take = ROWS.min(tile.head_rows - r);
-                    let panel = Panel { n: keys, d, v, p: p.add(j * ld + col + r), ld, acc: acc.add((col + r) * d) };
-                    match take {
-                        1 => panel.add_rows::<K, 1>(),
-                        2 => panel.add_rows::<K, 2>(),
-                        3 => panel.add_rows::<K, 3>(),
-                        _ => panel.add_rows::<K, 4>(),
-                    }
-                    r += take;
+                let panel = Panel { n: keys, d, v, p: p.add(j * ld + row), ld, acc: acc.add(row * d) };
+                match take {
+                    1 => panel.add_rows::<K, 1>(),
+                    2 => panel.add_rows::<K, 2>(),
+                    3 => panel.add_rows::<K, 3>(),
+                    _ => panel.add_rows::<K, 4>(),
                 }
             }
         }

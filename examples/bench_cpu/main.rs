@@ -1,7 +1,8 @@
 //! One CPU measurement per invocation, for `scripts/bench_cpu_vs_torch.py` (which interleaves it
 //! with PyTorch, shape by shape) and for a quick look by hand. Threads: `RAYON_NUM_THREADS`.
 //!
-//! - `prefill --dtype f32 --seq 1024 --causal 1 [--heads 16 --dim 128 --runs 5]`: our median ms.
+//! - `prefill --dtype f32 --seq 1024 --causal 1 [--heads 16 --dim 128 --runs 5 --layout 0]`: our
+//!   median ms; `--layout 1` lays each head's rows out contiguously ((b, h, s, d) memory).
 //! - `decode --dtype f32 --seq 32768 [--heads 32 --heads-k 8 --dim 128 --batch 1 --runs 5]`: our
 //!   and naive attention's median ms (`--naive 0` skips it) (k/v heads repeated as models do), K/V GB/s of ours.
 //! - `machine`: one thread's f32 FMA peak (GFLOP/s, the kernel's best instruction set) and the
@@ -61,7 +62,17 @@ fn main() -> candle::Result<()> {
     match mode.as_str() {
         "prefill" => {
             let (s, h, causal) = (args.get("seq", 1024), args.get("heads", 16), args.get("causal", 0) == 1);
-            let (q, k, v) = (randn(&[1, s, h, d], dtype)?, randn(&[1, s, h, d], dtype)?, randn(&[1, s, h, d], dtype)?);
+            // `--layout 1`: each head's rows contiguous, (b, h, s, d) memory seen as (b, s, h, d),
+            // as PyTorch's benchmark lays them out.
+            let by_head = args.get("layout", 0) == 1;
+            let tensor = || -> candle::Result<Tensor> {
+                if by_head {
+                    randn(&[1, h, s, d], dtype)?.transpose(1, 2)
+                } else {
+                    randn(&[1, s, h, d], dtype)
+                }
+            };
+            let (q, k, v) = (tensor()?, tensor()?, tensor()?);
             let scale = 1.0 / (d as f32).sqrt();
             let ms = median_ms(runs, || drop(flash_attn_rocm::flash_attn(&q, &k, &v, scale, causal).unwrap()));
             println!("mode=prefill threads={threads} dtype={dtype:?} seq={s} causal={causal} ours_ms={ms:.3}");

@@ -3,7 +3,7 @@
 //! softmax in AVX-512 f32 between them.
 //!
 //! - Layouts, all zero-padded to multiples of 32: Q as bf16 rows (unscaled: scaling would
-//!   round it again; the scores are scaled in f32); Kᵀ and V as pairs along the shared
+//!   round it again; the softmax scales the f32 scores); Kᵀ and V as pairs along the shared
 //!   dimension (`[pair][column][2]`, the layout the B tile wants); the scores and the output in
 //!   f32 rows; P as bf16 rows, rounded to nearest even as GPU flash attention does, while the
 //!   row sums stay f32.
@@ -216,35 +216,40 @@ unsafe fn pack_keys(keys: &[u16], stride: usize, n: usize, d: usize, n32: usize,
     }
 }
 
-/// The online-softmax step of one row of `n` scores: updates the row's max and sum, writes
-/// `e^(s - max)` rounded to bf16 into `p`, returns the factor for the row's output.
+/// The online-softmax step of one row of `n` scores `s · scale` (`scale > 0`): updates the
+/// row's max and sum, writes `e^(s · scale - max)` rounded to bf16 (nearest even) into `p`,
+/// returns the factor for the row's output.
+///
+/// # Safety
+/// The CPU must have AVX-512F and AVX512-BF16.
 #[inline(always)]
-unsafe fn softmax_row(scores: &[f32], p: &mut [u16], max: &mut f32, sum: &mut f32) -> f32 {
+unsafe fn softmax_row(scores: &[f32], scale: f32, p: &mut [u16], max: &mut f32, sum: &mut f32) -> f32 {
     let n = scores.len();
     assert!(p.len() >= n);
     let body = n - n % 16;
-    // SAFETY (whole body): 16-lane accesses below `body`; AVX-512F per the caller.
+    // SAFETY (whole body): 16-lane accesses below `body`; features per the caller.
     unsafe {
         let mut lanes = F32x16::splat(f32::NEG_INFINITY);
         for c in (0..body).step_by(16) {
             lanes = lanes.max(F32x16::load(scores.as_ptr().add(c)));
         }
-        let tile_max = scores[body..].iter().fold(_mm512_reduce_max_ps(lanes.0), |m, &x| m.max(x));
+        // A positive scale keeps the order of the scores, so the max scales with them.
+        let tile_max = scores[body..].iter().fold(_mm512_reduce_max_ps(lanes.0), |m, &x| m.max(x)) * scale;
         let new_max = max.max(tile_max);
         // A row that has seen no key yet keeps max -inf; shifting by 0 then gives e^-inf = 0.
         let shift = if new_max == f32::NEG_INFINITY { 0.0 } else { new_max };
+        let (scale_lanes, shift_lanes) = (F32x16::splat(scale), F32x16::splat(-shift));
         let mut total = F32x16::splat(0.0);
         for c in (0..body).step_by(16) {
-            let e = F32x16::load(scores.as_ptr().add(c)).sub(F32x16::splat(shift)).exp();
+            let e = F32x16::load(scores.as_ptr().add(c)).mul_add(scale_lanes, shift_lanes).exp();
             total = total.add(e);
-            let x = _mm512_castps_si512(e.0);
-            let odd = _mm512_and_si512(_mm512_srli_epi32::<16>(x), _mm512_set1_epi32(1));
-            let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(x, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))));
-            _mm256_storeu_si256(p.as_mut_ptr().add(c).cast(), _mm512_cvtepi32_epi16(rounded));
+            // Sixteen bf16 as 256 raw bits.
+            let rounded: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(e.0));
+            _mm256_storeu_si256(p.as_mut_ptr().add(c).cast(), rounded);
         }
         let mut tail = 0.0;
         for c in body..n {
-            let e = exp_scalar(scores[c] - shift);
+            let e = exp_scalar(scores[c] * scale - shift);
             tail += e;
             p[c] = bf16::from_f32(e).to_bits();
         }
@@ -258,7 +263,7 @@ unsafe fn softmax_row(scores: &[f32], p: &mut [u16], max: &mut f32, sum: &mut f3
 /// Runs block `id` (one k/v head, heads == 1) into `s` like `block::run`.
 ///
 /// # Safety
-/// The CPU must have AVX-512F/BW and [`available`] must be true.
+/// The CPU must have AVX-512F/BW, AVX512-BF16, and [`available`] must be true.
 #[inline(always)]
 pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
     let call = inp.call;
@@ -293,16 +298,22 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
             matmul(rows32, n32, d32, (s.q_pairs.as_ptr(), d32 * 2), (s.k_pairs.as_ptr(), n32 * 4),
                    (s.scores_t.as_mut_ptr(), BLOCK_N * 4), false);
         }
-        for r in 0..rows {
-            s.scores_t[r * BLOCK_N..][..n].iter_mut().for_each(|x| *x *= call.softmax_scale);
+        // The softmax scales the scores as it reads them, unless a softcap or ALiBi must see
+        // them scaled first (or a negative scale would reorder them).
+        let fused_scale = !logits.transforms() && call.softmax_scale > 0.0;
+        if !fused_scale {
+            for r in 0..rows {
+                s.scores_t[r * BLOCK_N..][..n].iter_mut().for_each(|x| *x *= call.softmax_scale);
+            }
         }
+        let scale = if fused_scale { call.softmax_scale } else { 1.0 };
         logits.apply(&mut s.scores_t, 1, BLOCK_N, rows, j0, n);
 
         reset(&mut s.p_rows, rows32 * n32, 0);
         for r in 0..rows {
             let scores = &s.scores_t[r * BLOCK_N..][..n];
-            // SAFETY: AVX-512F per the caller.
-            let correction = unsafe { softmax_row(scores, &mut s.p_rows[r * n32..][..n], &mut s.row_max[r], &mut s.row_sum[r]) };
+            // SAFETY: AVX-512F and AVX512-BF16 per the caller.
+            let correction = unsafe { softmax_row(scores, scale, &mut s.p_rows[r * n32..][..n], &mut s.row_max[r], &mut s.row_sum[r]) };
             if correction != 1.0 {
                 s.acc_rows[r * d32..][..d].iter_mut().for_each(|x| *x *= correction);
             }

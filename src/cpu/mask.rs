@@ -3,6 +3,7 @@
 //! heads of one k/v head (GQA packing), so positions and ALiBi slopes are per row.
 
 use crate::params::{AttnCall, Sequence};
+use std::ops::Range;
 
 /// The key intervals of the rows `[i0, i0 + rows)` of one sequence.
 pub struct RowRanges {
@@ -52,6 +53,20 @@ impl RowRanges {
         let (plo, phi) = self.prefix[r];
         (lo <= j && j < hi) || (plo <= j && j < phi)
     }
+
+    /// Runs of offsets `c < n` of the keys `j0 + c` row `r` may not see.
+    fn hidden(&self, r: usize, j0: usize, n: usize) -> impl Iterator<Item = Range<usize>> + '_ {
+        let (lo, hi) = self.window[r];
+        let (plo, phi) = self.prefix[r];
+        // Without a prefix range the hidden keys are those before the window and after it
+        // (all of them for an empty window); with one, each key is tested.
+        let simple = plo >= phi;
+        let before = if simple { 0..lo.saturating_sub(j0).min(n) } else { 0..0 };
+        let after = if simple { hi.max(lo).saturating_sub(j0).min(n).max(before.end)..n } else { 0..0 };
+        let tested = if simple { 0..0 } else { 0..n };
+        let singles = tested.filter(move |&c| !self.allows(r, j0 + c)).map(|c| c..c + 1);
+        [before, after].into_iter().filter(|run| !run.is_empty()).chain(singles)
+    }
 }
 
 /// Transforms of the raw `q·k·scale` scores of one tile, in flash-attn's order, and the mask.
@@ -65,29 +80,79 @@ pub struct Logits {
 }
 
 impl Logits {
+    /// True when a softcap or ALiBi transforms the scaled scores (beyond the mask).
+    pub fn transforms(&self) -> bool {
+        self.softcap.is_some() || self.alibi_slopes.is_some()
+    }
+
     /// Applies softcap, ALiBi and the mask to a tile of scores whose score of row `r` and key
     /// `j0 + c` sits at `scores[c * key_stride + r * row_stride]` (`n` keys, `rows` rows): the
     /// transposed layout of the f32 products, or the row layout of the AMX ones.
     pub fn apply(&self, scores: &mut [f32], key_stride: usize, row_stride: usize, rows: usize, j0: usize, n: usize) {
         let masked = !self.ranges.covers(j0, j0 + n);
-        if self.softcap.is_none() && self.alibi_slopes.is_none() && !masked {
+        let transformed = self.transforms();
+        if !transformed && !masked {
             return;
         }
-        for c in 0..n {
-            let j = j0 + c;
-            for r in 0..rows {
-                let s = &mut scores[c * key_stride + r * row_stride];
-                if let Some(cap) = self.softcap {
-                    // Divide, not multiply by 1 / cap: for a cap below ~2.9e-39 the reciprocal
-                    // overflows to inf and a zero logit would become NaN.
-                    *s = cap * (*s / cap).tanh();
+        for r in 0..rows {
+            let at = |c: usize| c * key_stride + r * row_stride;
+            if transformed {
+                for c in 0..n {
+                    let s = &mut scores[at(c)];
+                    if let Some(cap) = self.softcap {
+                        // Divide, not multiply by 1 / cap: for a cap below ~2.9e-39 the
+                        // reciprocal overflows to inf and a zero logit would become NaN.
+                        *s = cap * (*s / cap).tanh();
+                    }
+                    if let Some(slopes) = &self.alibi_slopes {
+                        *s -= slopes[r] * (self.key_pos[r] - (j0 + c) as i64).abs() as f32;
+                    }
                 }
-                if let Some(slopes) = &self.alibi_slopes {
-                    *s -= slopes[r] * (self.key_pos[r] - j as i64).abs() as f32;
+            }
+            if masked {
+                // Only the keys the row may not see are written: a tile on the diagonal of a
+                // causal mask is mostly visible, and most of its rows see all of it.
+                for run in self.ranges.hidden(r, j0, n) {
+                    if key_stride == 1 {
+                        scores[at(run.start)..at(run.end)].fill(f32::NEG_INFINITY);
+                    } else {
+                        run.for_each(|c| scores[at(c)] = f32::NEG_INFINITY);
+                    }
                 }
-                if masked && !self.ranges.allows(r, j) {
-                    *s = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// The runs `hidden` yields cover exactly the keys `allows` refuses, each once, for
+    /// windows that start, end or lie inside a tile, empty windows and prefix ranges.
+    #[test]
+    fn hidden_runs_are_the_refused_keys() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(rand::random());
+        for _ in 0..2000 {
+            let mut interval = |empty_odds: f64| {
+                if rng.gen_bool(empty_odds) {
+                    let at: usize = rng.gen_range(0..300);
+                    (at, at.saturating_sub(rng.gen_range(0..3)))
+                } else {
+                    let lo = rng.gen_range(0..300);
+                    (lo, lo + rng.gen_range(1..300))
                 }
+            };
+            let ranges = RowRanges { window: vec![interval(0.1)], prefix: vec![interval(0.7)] };
+            let (j0, n) = (rng.gen_range(0..300), rng.gen_range(1..160));
+            let mut seen = vec![0u32; n];
+            for run in ranges.hidden(0, j0, n) {
+                run.for_each(|c| seen[c] += 1);
+            }
+            for (c, &times) in seen.iter().enumerate() {
+                let refused = !ranges.allows(0, j0 + c);
+                assert_eq!(times, refused as u32, "key {} of window {:?}, prefix {:?}", j0 + c, ranges.window[0], ranges.prefix[0]);
             }
         }
     }

@@ -147,7 +147,7 @@ unsafe fn run_avx2<T: Element>(inp: &Inputs<'_, T>, item: &Item, s: &mut Scratch
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma,f16c")]
 unsafe fn run_amx(inp: &Inputs<'_, half::bf16>, item: &Item, s: &mut Scratch) {
     // SAFETY: the caller checked the features and AMX (Isa::Avx512Amx).
     unsafe { amx::run(inp, item.block, s) }

@@ -10,7 +10,7 @@
 /// What the kernel may run on this CPU, detected per call (std caches the CPU's answer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isa {
-    /// [`Isa::Avx512`] plus AVX512-BW and AMX-BF16 (with the OS's permission): bf16 prefill
+    /// [`Isa::Avx512`] plus AVX512-BW, AVX512-BF16 and AMX-BF16 (with the OS's permission): bf16 prefill
     /// blocks run on AMX tiles.
     Avx512Amx,
     /// AVX-512F with AVX2, FMA and F16C (every AVX-512 CPU has them).
@@ -55,7 +55,9 @@ impl Isa {
                 && std::is_x86_feature_detected!("fma")
                 && std::is_x86_feature_detected!("f16c");
             if avx2 && std::is_x86_feature_detected!("avx512f") {
-                let amx = std::is_x86_feature_detected!("avx512bw") && super::amx::available();
+                let amx = std::is_x86_feature_detected!("avx512bw")
+                    && std::is_x86_feature_detected!("avx512bf16")
+                    && super::amx::available();
                 return if amx { Isa::Avx512Amx } else { Isa::Avx512 };
             }
             if avx2 {

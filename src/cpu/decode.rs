@@ -24,6 +24,10 @@ pub const STREAM_TILE_KEYS: usize = 64;
 /// Query rows per register tile of both products: a GQA group of 4 (or 8, in two) takes each
 /// K and V element into a register once.
 const ROWS: usize = 4;
+/// How many keys ahead the scores ask for K rows of 2-byte elements in L1. Measured at 32k
+/// keys, 2 threads: 9.5-11.8 GB/s of bf16 K/V without, 12.0-12.8 with (Xeon); f32 rows,
+/// twice as long, lost 10-25% with it, and the hardware prefetchers serve them alone.
+const K_AHEAD: usize = 16;
 
 /// `s.scores_t` (keys × ld) = K · Qᵀ for every head of the tile, from `s.q_rows` (the scaled
 /// queries, one row of d per block row), and V of the tile brought to L2 for [`outputs`].
@@ -45,9 +49,13 @@ pub unsafe fn scores<T: Element, K: Blocking>(inp: &Inputs<'_, T>, s: &mut Scrat
         while j < n {
             let keys = if n - j >= K::DOT_KEYS { K::DOT_KEYS } else { 1 };
             // `outputs` reads V head by head, a key row apart: too far apart for the hardware
-            // prefetchers once the tile holds several heads. Bring V to L2 in memory order.
+            // prefetchers once the tile holds several heads. Bring V to L2 in memory order, and
+            // K rows of reduced precision ahead of the dot products into L1.
             for key in j..j + keys {
                 (0..tile.heads).for_each(|head| prefetch(&v_src[key * v_row_stride + head * v_head_stride..][..d], Level::L2));
+                if !T::IS_F32 && key + K_AHEAD < n {
+                    (0..tile.heads).for_each(|head| prefetch(&src[(key + K_AHEAD) * row_stride + head * head_stride..][..d], Level::L1));
+                }
             }
             for (head, row, take) in row_tiles(tile) {
                 let k = Rows { ptr: src.as_ptr().add(j * row_stride + head * head_stride), stride: row_stride };

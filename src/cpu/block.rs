@@ -246,8 +246,10 @@ pub unsafe fn run<T: Element, P: Products<T>>(inp: &Inputs<'_, T>, id: BlockId, 
     let mut j0 = lo;
     while j0 < hi {
         let j1 = tile_end(call, j0, hi, tile_keys);
+        let at = TileAt { b: id.b, hk: id.hk0, k_start: seq.k_start, j0, j1 };
         let tile = Tile {
-            at: TileAt { b: id.b, hk: id.hk0, k_start: seq.k_start, j0, j1 },
+            at,
+            next: (j1 < hi).then(|| TileAt { j0: j1, j1: tile_end(call, j1, hi, tile_keys), ..at }),
             heads: id.heads,
             copy,
             head_rows,
@@ -314,6 +316,8 @@ pub fn prepare_rows<T: Element>(inp: &Inputs<'_, T>, id: BlockId, mut pack: impl
 /// transposed queries and scores.
 pub struct Tile {
     pub at: TileAt,
+    /// The block's next tile, if any (`decode.rs` prefetches its first K rows).
+    pub next: Option<TileAt>,
     pub heads: usize,
     /// Copy K/V tiles rather than read f32 ones in place (see `run`).
     pub copy: bool,

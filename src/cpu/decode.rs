@@ -40,6 +40,16 @@ pub unsafe fn scores<T: Element, K: Blocking>(inp: &Inputs<'_, T>, s: &mut Scrat
     let (d, n, ld) = (inp.call.head_dim, tile.keys(), tile.ld);
     let (src, row_stride, head_stride) = inp.source_rows(Kv::K, tile.at, tile.heads);
     let (v_src, v_row_stride, v_head_stride) = inp.source_rows(Kv::V, tile.at, tile.heads);
+    // K rows `K_AHEAD` keys on, in this tile or the next: (rows, row stride, head stride, key).
+    let next_k = tile.next.filter(|_| !T::IS_F32).map(|next| (inp.source_rows(Kv::K, next, tile.heads), next.j1 - next.j0));
+    let k_ahead = |key: usize| {
+        let ahead = key + K_AHEAD;
+        if ahead < n {
+            Some((src, row_stride, head_stride, ahead))
+        } else {
+            next_k.filter(|&(_, keys)| ahead - n < keys).map(|((rows, rs, hs), _)| (rows, rs, hs, ahead - n))
+        }
+    };
     assert!(s.q_rows.len() >= tile.heads * tile.head_cols * d && s.scores_t.len() >= n * ld);
     let (q, out) = (s.q_rows.as_ptr(), s.scores_t.as_mut_ptr());
     let mut j = 0;
@@ -53,8 +63,8 @@ pub unsafe fn scores<T: Element, K: Blocking>(inp: &Inputs<'_, T>, s: &mut Scrat
             // K rows of reduced precision ahead of the dot products into L1.
             for key in j..j + keys {
                 (0..tile.heads).for_each(|head| prefetch(&v_src[key * v_row_stride + head * v_head_stride..][..d], Level::L2));
-                if !T::IS_F32 && key + K_AHEAD < n {
-                    (0..tile.heads).for_each(|head| prefetch(&src[(key + K_AHEAD) * row_stride + head * head_stride..][..d], Level::L1));
+                if let Some((rows, rs, hs, ahead)) = k_ahead(key).filter(|_| !T::IS_F32) {
+                    (0..tile.heads).for_each(|head| prefetch(&rows[ahead * rs + head * hs..][..d], Level::L1));
                 }
             }
             for (head, row, take) in row_tiles(tile) {

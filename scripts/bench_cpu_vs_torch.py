@@ -9,9 +9,12 @@ Usage: python3 scripts/bench_cpu_vs_torch.py --bin target/release/examples/bench
 Prefill: b=1, h=16, d=128, causal and not. For each shape: torch's median of `runs` (the better
 of two such medians, as a warm-up can lose to frequency changes), then ours (the bench_cpu
 binary, same thread count through RAYON_NUM_THREADS), then the ratio ours/torch (lower is
-better). Decode (s_q=1, GQA 32/8, d=128): ours and naive attention (bench_cpu decode) and our
-K/V stream as a fraction of the read bandwidth bench_cpu measures at that thread count. Also one
-thread's FMA peak and our one-thread prefill GFLOP/s against it.
+better). Ours runs twice: on the (b, s, h, d) tensors the flash-attn API takes, and on the same
+shape viewed from (b, h, s, d) memory, the layout torch is given here.
+
+Decode (s_q=1, GQA 32/8, d=128): ours and naive attention (bench_cpu decode) and our K/V stream
+as a fraction of the read bandwidth bench_cpu measures at that thread count. Also one thread's
+FMA peak and our one-thread prefill GFLOP/s against it.
 Prints markdown tables.
 """
 import argparse
@@ -48,7 +51,8 @@ def torch_ms(fn, runs):
 
 def prefill(args, threads):
     print(f"\n### Prefill, {threads} threads (b=1, h={HEADS}, d={DIM}; ms, ratio = ours / torch)\n")
-    print("| dtype | seq | causal | torch ms | ours ms | ratio |\n|---|---|---|---|---|---|")
+    print("| dtype | seq | causal | torch ms | ours ms | ratio | ours, heads contiguous | ratio |\n"
+          "|---|---|---|---|---|---|---|---|")
     torch.set_num_threads(threads)
     for name in args.dtype.split(","):
         for s in map(int, args.seq.split(",")):
@@ -56,9 +60,12 @@ def prefill(args, threads):
                 q, k, v = (torch.randn(1, HEADS, s, DIM).to(DTYPES[name]) for _ in range(3))
                 with torch.no_grad():
                     t = torch_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), args.runs)
-                o = float(ours(args.bin, threads, "prefill", "--dtype", name, "--seq", s, "--causal", int(causal),
-                               "--runs", args.runs)["ours_ms"])
-                print(f"| {name} | {s} | {str(causal).lower()} | {t:.2f} | {o:.2f} | {o / t:.2f} |", flush=True)
+                common = ("prefill", "--dtype", name, "--seq", s, "--causal", int(causal), "--runs", args.runs)
+                o = float(ours(args.bin, threads, *common)["ours_ms"])
+                # The same call on torch's memory layout: each head's rows contiguous.
+                c = float(ours(args.bin, threads, *common, "--layout", 1)["ours_ms"])
+                print(f"| {name} | {s} | {str(causal).lower()} | {t:.2f} | {o:.2f} | {o / t:.2f} | {c:.2f} | {c / t:.2f} |",
+                      flush=True)
 
 
 def decode(args, threads):

@@ -220,7 +220,11 @@ pub unsafe fn run<T: Element, P: Products<T>>(inp: &Inputs<'_, T>, id: BlockId, 
     // stay 0.
     let by_rows = head_rows <= STREAM_MAX_ROWS;
     P::clear_queries(s, d, ld, by_rows);
-    let logits = prepare_rows(inp, id, |r, row| P::pack_query(s, row, r, ld, call.softmax_scale, by_rows));
+    let mut query = vec![0.0f32; d];
+    let logits = prepare_rows(inp, id, |r, row| {
+        T::to_f32_slice(row, &mut query);
+        P::pack_query(s, &query, r, ld, call.softmax_scale, by_rows)
+    });
 
     reset(&mut s.acc, rows * d, 0.0);
     reset(&mut s.row_max, ld, f32::NEG_INFINITY);
@@ -341,7 +345,7 @@ pub trait Products<T: Element> {
     /// of few rows per head, `decode.rs`), else `Scratch::q_t`.
     unsafe fn clear_queries(s: &mut Scratch, d: usize, ld: usize, by_rows: bool);
     /// Packs one query row, scaled, as row `r` of `q_rows` or column `r` of Qᵀ.
-    unsafe fn pack_query(s: &mut Scratch, row: &[T], r: usize, ld: usize, scale: f32, by_rows: bool);
+    unsafe fn pack_query(s: &mut Scratch, row: &[f32], r: usize, ld: usize, scale: f32, by_rows: bool);
     /// `s.scores_t` (keys × ld) = K · Qᵀ · scale for every head of the tile.
     unsafe fn scores(inp: &Inputs<'_, T>, s: &mut Scratch, tile: &Tile);
     /// `s.acc += P · V` for every head, P being the probabilities left in `s.scores_t`.

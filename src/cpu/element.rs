@@ -2,13 +2,18 @@
 
 use super::block::Inputs;
 use super::simd::Vector;
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 pub trait Element: Copy + Send + Sync + 'static {
     /// True for f32, whose K/V rows the products can read in place.
     const IS_F32: bool;
-    fn to_f32(self) -> f32;
     fn from_f32(x: f32) -> Self;
+    /// `src` widened into `dst` (of equal length), vectorized where the CPU allows.
+    fn to_f32_slice(src: &[Self], dst: &mut [f32]);
+    /// `src` rounded (to nearest even) into `dst` (of equal length), vectorized where the CPU
+    /// allows.
+    fn from_f32_slice(src: &[f32], dst: &mut [Self]);
     /// `V::LANES` elements at `p`, widened to f32.
     ///
     /// # Safety
@@ -37,12 +42,14 @@ impl Element for f32 {
     const IS_F32: bool = true;
     const PAIRS_BY_PARITY: bool = false;
     #[inline(always)]
-    fn to_f32(self) -> f32 {
-        self
-    }
-    #[inline(always)]
     fn from_f32(x: f32) -> Self {
         x
+    }
+    fn to_f32_slice(src: &[Self], dst: &mut [f32]) {
+        dst.copy_from_slice(src);
+    }
+    fn from_f32_slice(src: &[f32], dst: &mut [Self]) {
+        dst.copy_from_slice(src);
     }
     #[inline(always)]
     unsafe fn load<V: Vector>(p: *const Self) -> V {
@@ -55,12 +62,14 @@ impl Element for f16 {
     const IS_F32: bool = false;
     const PAIRS_BY_PARITY: bool = false;
     #[inline(always)]
-    fn to_f32(self) -> f32 {
-        f16::to_f32(self)
-    }
-    #[inline(always)]
     fn from_f32(x: f32) -> Self {
         f16::from_f32(x)
+    }
+    fn to_f32_slice(src: &[Self], dst: &mut [f32]) {
+        src.convert_to_f32_slice(dst);
+    }
+    fn from_f32_slice(src: &[f32], dst: &mut [Self]) {
+        dst.convert_from_f32_slice(src);
     }
     #[inline(always)]
     unsafe fn load<V: Vector>(p: *const Self) -> V {
@@ -73,12 +82,14 @@ impl Element for bf16 {
     const IS_F32: bool = false;
     const PAIRS_BY_PARITY: bool = true;
     #[inline(always)]
-    fn to_f32(self) -> f32 {
-        bf16::to_f32(self)
-    }
-    #[inline(always)]
     fn from_f32(x: f32) -> Self {
         bf16::from_f32(x)
+    }
+    fn to_f32_slice(src: &[Self], dst: &mut [f32]) {
+        src.convert_to_f32_slice(dst);
+    }
+    fn from_f32_slice(src: &[f32], dst: &mut [Self]) {
+        dst.convert_from_f32_slice(src);
     }
     #[inline(always)]
     unsafe fn load<V: Vector>(p: *const Self) -> V {

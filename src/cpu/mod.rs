@@ -290,6 +290,8 @@ impl<T: Element> Writer<'_, T> {
     fn write(&self, item: &Item, r0: usize, acc: &[f32], row_max: &[f32], row_sum: &[f32]) {
         let call = self.call;
         let d = call.head_dim;
+        // One normalized row at a time, narrowed by a slice conversion (vectorized for f16).
+        let mut row = vec![0.0f32; d];
         for (i, r) in (r0..r0 + row_max.len()).enumerate() {
             let Some((pos, h)) = item.block.row(call, r) else { continue };
             let at = call.out_offset(item.block.b, h, pos);
@@ -298,9 +300,10 @@ impl<T: Element> Writer<'_, T> {
             // the plan partitions the (b, h, position) space (splits merge before writing).
             let dst = unsafe { std::slice::from_raw_parts_mut(self.out.ptr().add(at), d) };
             let inv = if row_sum[i] > 0.0 { 1.0 / row_sum[i] } else { 0.0 };
-            for (o, x) in dst.iter_mut().zip(&acc[i * d..(i + 1) * d]) {
-                *o = T::from_f32(*x * inv);
+            for (o, x) in row.iter_mut().zip(&acc[i * d..(i + 1) * d]) {
+                *o = *x * inv;
             }
+            T::from_f32_slice(&row, dst);
             if self.want_lse {
                 let li = call.lse_index(item.block.b, h, pos);
                 assert!(li < self.lse_len);

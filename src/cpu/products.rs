@@ -79,10 +79,10 @@ impl<T: Element, K: Blocking> Products<T> for F32<K> {
     }
 
     #[inline(always)]
-    unsafe fn pack_query(s: &mut Scratch, row: &[T], r: usize, ld: usize, scale: f32, by_rows: bool) {
+    unsafe fn pack_query(s: &mut Scratch, row: &[f32], r: usize, ld: usize, scale: f32, by_rows: bool) {
         let d = row.len();
         for (kk, x) in row.iter().enumerate() {
-            let q = x.to_f32() * scale;
+            let q = x * scale;
             if by_rows {
                 s.q_rows[r * d + s.q_slots[kk]] = q;
             } else {

@@ -25,8 +25,9 @@ pub const STREAM_TILE_KEYS: usize = 64;
 /// K and V element into a register once.
 const ROWS: usize = 4;
 /// How many keys ahead the scores ask for K rows of 2-byte elements in L1. Measured at 32k
-/// keys, 2 threads: 9.5-11.8 GB/s of bf16 K/V without, 12.0-12.8 with (Xeon); f32 rows,
-/// twice as long, lost 10-25% with it, and the hardware prefetchers serve them alone.
+/// keys, 2 threads: 9.5-11.8 GB/s of bf16 K/V without, 12.0-12.5 with (Xeon); f32 rows,
+/// twice as long, lost 9-28% with it (4-16 keys ahead), and the hardware prefetchers serve
+/// them alone.
 const K_AHEAD: usize = 16;
 
 /// `s.scores_t` (keys × ld) = K · Qᵀ for every head of the tile, from `s.q_rows` (the scaled

@@ -133,7 +133,8 @@ mod tests {
     /// windows that start, end or lie inside a tile, empty windows and prefix ranges.
     #[test]
     fn hidden_runs_are_the_refused_keys() {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(rand::random());
+        let seed = rand::random();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         for _ in 0..2000 {
             let mut interval = |empty_odds: f64| {
                 if rng.gen_bool(empty_odds) {
@@ -152,7 +153,7 @@ mod tests {
             }
             for (c, &times) in seen.iter().enumerate() {
                 let refused = !ranges.allows(0, j0 + c);
-                assert_eq!(times, refused as u32, "key {} of window {:?}, prefix {:?}", j0 + c, ranges.window[0], ranges.prefix[0]);
+                assert_eq!(times, refused as u32, "seed {seed}: key {} of window {:?}, prefix {:?}", j0 + c, ranges.window[0], ranges.prefix[0]);
             }
         }
     }

@@ -278,11 +278,6 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
     reset(&mut s.row_sum, rows32, 0.0);
     reset(&mut s.scores_t, rows32 * BLOCK_N, 0.0);
 
-    // The softmax scales the scores as it reads them, unless a softcap or ALiBi must see them
-    // scaled first (or a negative scale would reorder them).
-    let fused_scale = !logits.transforms() && call.softmax_scale > 0.0;
-    let scale = if fused_scale { call.softmax_scale } else { 1.0 };
-
     // SAFETY: loads the tile configuration (a valid palette-1 layout) for this thread.
     unsafe { asm!("ldtilecfg [{}]", in(reg) &TILES, options(nostack, readonly, preserves_flags)) };
     let (span_lo, span_hi) = logits.ranges.span();
@@ -303,11 +298,15 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
             matmul(rows32, n32, d32, (s.q_pairs.as_ptr(), d32 * 2), (s.k_pairs.as_ptr(), n32 * 4),
                    (s.scores_t.as_mut_ptr(), BLOCK_N * 4), false);
         }
+        // The softmax scales the scores as it reads them, unless a softcap or ALiBi must see
+        // them scaled first (or a negative scale would reorder them).
+        let fused_scale = !logits.transforms() && call.softmax_scale > 0.0;
         if !fused_scale {
             for r in 0..rows {
                 s.scores_t[r * BLOCK_N..][..n].iter_mut().for_each(|x| *x *= call.softmax_scale);
             }
         }
+        let scale = if fused_scale { call.softmax_scale } else { 1.0 };
         logits.apply(&mut s.scores_t, 1, BLOCK_N, rows, j0, n);
 
         reset(&mut s.p_rows, rows32 * n32, 0);

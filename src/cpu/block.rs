@@ -159,15 +159,6 @@ impl<T: Element> Inputs<'_, T> {
     }
 }
 
-/// Prefetches key `key` of `heads` heads into `level`, from rows of `head_dim` elements laid out
-/// as [`Inputs::source_rows`] returns them: (slice, row stride, head stride).
-#[inline(always)]
-pub fn prefetch_key<T>((rows, row_stride, head_stride): (&[T], usize, usize), heads: usize, key: usize, head_dim: usize, level: Level) {
-    for head in 0..heads {
-        prefetch(&rows[key * row_stride + head * head_stride..][..head_dim], level);
-    }
-}
-
 /// How far ahead (in rows) the K/V copy prefetches: enough bytes in flight to cover memory
 /// latency at one core's share of the bandwidth.
 pub const PREFETCH_ROWS: usize = 16;

@@ -12,7 +12,7 @@
 //! ([`Element::load_pair`]); the queries and the outputs of such blocks sit in that order
 //! ([`pair_slots`]) until `block::run` puts the outputs back ([`restore_order`]).
 
-use super::block::{prefetch_key, Inputs, Kv, Level, Scratch, Tile};
+use super::block::{prefetch, Inputs, Kv, Level, Scratch, Tile};
 use super::element::Element;
 use super::gemm::Blocking;
 use super::simd::Vector;
@@ -39,20 +39,16 @@ const K_AHEAD: usize = 16;
 #[inline(always)]
 pub unsafe fn scores<T: Element, K: Blocking>(inp: &Inputs<'_, T>, s: &mut Scratch, tile: &Tile) {
     let (d, n, ld) = (inp.call.head_dim, tile.keys(), tile.ld);
-    let k_rows = inp.source_rows(Kv::K, tile.at, tile.heads);
-    let (src, row_stride, head_stride) = k_rows;
-    let v_rows = inp.source_rows(Kv::V, tile.at, tile.heads);
-    // The K row `K_AHEAD` keys on, in this tile or the next (rows and key); f32 rows are left
-    // to the hardware prefetchers.
+    let (src, row_stride, head_stride) = inp.source_rows(Kv::K, tile.at, tile.heads);
+    let (v_src, v_row_stride, v_head_stride) = inp.source_rows(Kv::V, tile.at, tile.heads);
+    // K rows `K_AHEAD` keys on, in this tile or the next: (rows, row stride, head stride, key).
     let next_k = tile.next.filter(|_| !T::IS_F32).map(|next| (inp.source_rows(Kv::K, next, tile.heads), next.j1 - next.j0));
     let k_ahead = |key: usize| {
         let ahead = key + K_AHEAD;
-        if T::IS_F32 {
-            None
-        } else if ahead < n {
-            Some((k_rows, ahead))
+        if ahead < n {
+            Some((src, row_stride, head_stride, ahead))
         } else {
-            next_k.filter(|&(_, keys)| ahead - n < keys).map(|(rows, _)| (rows, ahead - n))
+            next_k.filter(|&(_, keys)| ahead - n < keys).map(|((rows, rs, hs), _)| (rows, rs, hs, ahead - n))
         }
     };
     assert!(s.q_rows.len() >= tile.heads * tile.head_cols * d && s.scores_t.len() >= n * ld);
@@ -67,9 +63,9 @@ pub unsafe fn scores<T: Element, K: Blocking>(inp: &Inputs<'_, T>, s: &mut Scrat
             // prefetchers once the tile holds several heads. Bring V to L2 in memory order, and
             // K rows of reduced precision ahead of the dot products into L1.
             for key in j..j + keys {
-                prefetch_key(v_rows, tile.heads, key, d, Level::L2);
-                if let Some((rows, ahead)) = k_ahead(key) {
-                    prefetch_key(rows, tile.heads, ahead, d, Level::L1);
+                (0..tile.heads).for_each(|head| prefetch(&v_src[key * v_row_stride + head * v_head_stride..][..d], Level::L2));
+                if let Some((rows, rs, hs, ahead)) = k_ahead(key).filter(|_| !T::IS_F32) {
+                    (0..tile.heads).for_each(|head| prefetch(&rows[ahead * rs + head * hs..][..d], Level::L1));
                 }
             }
             for (head, row, take) in row_tiles(tile) {

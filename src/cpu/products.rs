@@ -2,7 +2,7 @@
 //! transposed, K/V tiles copied (and widened) into scratch or, for f32 rows few heads reuse,
 //! read in place. Blocks of at most `STREAM_MAX_ROWS` rows per head (decode) go to `decode.rs`.
 
-use super::block::{prefetch_key, spread_stride, Inputs, Kv, Level, Products, Scratch, Tile, PREFETCH_ROWS};
+use super::block::{prefetch, spread_stride, Inputs, Kv, Level, Products, Scratch, Tile, PREFETCH_ROWS};
 use super::decode::{self, STREAM_MAX_ROWS};
 use super::element::{widen, Element};
 use super::gemm::{matmul, Blocking, Rows, Strided};
@@ -51,11 +51,11 @@ unsafe fn kv_tiles<T: Element, K: Blocking>(inp: &Inputs<'_, T>, which: Kv, scra
         scratch.resize(heads * head_stride, 0.0);
     }
     // The hardware prefetchers do not follow rows a page apart: ask for rows ahead.
-    let ahead = |r: usize| prefetch_key((rows, row_stride, src_head_stride), heads, r, d, Level::L1);
-    (0..PREFETCH_ROWS.min(n)).for_each(ahead);
+    let prefetch_key = |r: usize| (0..heads).for_each(|head| prefetch(row(r, head), Level::L1));
+    (0..PREFETCH_ROWS.min(n)).for_each(prefetch_key);
     for r in 0..n {
         if r + PREFETCH_ROWS < n {
-            ahead(r + PREFETCH_ROWS);
+            prefetch_key(r + PREFETCH_ROWS);
         }
         for head in 0..heads {
             let dst = &mut scratch[head * head_stride + r * stride..][..d];

@@ -400,8 +400,8 @@ fn paged_decode_splits_keys_over_the_compute_units() {
         assert!(merged.num_splits > 1 && work * merged.num_splits <= units, "{units} CUs: {merged:?}");
         // At least 70% of the splits the device (or CK's split limit) can take at once, counting
         // only split counts that give each split fewer key tiles: `num_splits` skips the others,
-        // as flash-attention's heuristic does (174 key tiles under a cap of 128 make 87 splits
-        // of 2 tiles, not 128 of 1 or 2).
+        // as flash-attention's heuristic does (173 key tiles under a cap of 128 make 87 splits
+        // of at most 2 tiles, not 128 of 1 or 2).
         let key_tiles = keys.div_ceil(merged.tile.block_n);
         let cap = (units / work).min(CK_MAX_SPLITS).max(1);
         let useful = key_tiles.div_ceil(key_tiles.div_ceil(cap));

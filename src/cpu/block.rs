@@ -10,6 +10,7 @@
 use super::decode::{restore_order, STREAM_MAX_ROWS, STREAM_TILE_KEYS};
 use super::element::Element;
 use super::gemm::Blocking;
+use super::lines::{Lines, Plain};
 use super::mask::{Logits, RowRanges};
 use super::simd::Vector;
 use crate::params::AttnCall;
@@ -81,30 +82,30 @@ pub struct Inputs<'a, T> {
 /// unnormalized output rows (`rows × d`), `row_max` and `row_sum` the softmax state per row.
 #[derive(Default)]
 pub struct Scratch {
-    pub q_t: Vec<f32>,
+    pub q_t: Lines<f32>,
     /// The queries as rows (blocks of few rows per head: `decode.rs`), in its element order:
     /// element `e` at `q_slots[e]`.
-    pub q_rows: Vec<f32>,
+    pub q_rows: Lines<f32>,
     pub q_slots: Vec<usize>,
-    pub scores_t: Vec<f32>,
-    pub acc: Vec<f32>,
-    pub row_max: Vec<f32>,
-    pub row_sum: Vec<f32>,
-    correction: Vec<f32>,
-    pub k_tile: Vec<f32>,
-    pub v_tile: Vec<f32>,
+    pub scores_t: Lines<f32>,
+    pub acc: Lines<f32>,
+    pub row_max: Lines<f32>,
+    pub row_sum: Lines<f32>,
+    correction: Lines<f32>,
+    pub k_tile: Lines<f32>,
+    pub v_tile: Lines<f32>,
     /// The AMX products' operands (`amx.rs`): Q rows, Kᵀ and V as pairs, P rows, all bf16,
     /// and the f32 output rows.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub q_pairs: Vec<u16>,
+    pub q_pairs: Lines<u16>,
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub k_pairs: Vec<u16>,
+    pub k_pairs: Lines<u16>,
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub v_pairs: Vec<u16>,
+    pub v_pairs: Lines<u16>,
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub p_rows: Vec<u16>,
+    pub p_rows: Lines<u16>,
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub acc_rows: Vec<f32>,
+    pub acc_rows: Lines<f32>,
 }
 
 /// A row stride of at least `n` f32s that is an odd number of 64-byte lines. Rows a multiple of
@@ -115,9 +116,8 @@ pub fn spread_stride(n: usize) -> usize {
     (lines | 1) * 16
 }
 
-pub fn reset<E: Copy>(buf: &mut Vec<E>, len: usize, value: E) {
-    buf.clear();
-    buf.resize(len, value);
+pub fn reset<E: Plain>(buf: &mut Lines<E>, len: usize, value: E) {
+    buf.reset(len, value);
 }
 
 #[derive(Clone, Copy)]
@@ -176,13 +176,16 @@ pub fn prefetch<T>(data: &[T], level: Level) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
-        let (start, bytes) = (data.as_ptr().cast::<i8>(), std::mem::size_of_val(data));
+        // From the line holding the first byte to the one holding the last: a row that does not
+        // start on a line spans one line more than its length.
+        let misalign = data.as_ptr() as usize % 64;
+        let (start, bytes) = (data.as_ptr().cast::<i8>().wrapping_sub(misalign), misalign + std::mem::size_of_val(data));
         for offset in (0..bytes).step_by(64) {
-            // SAFETY: a prefetch never faults, and the address lies inside `data`.
+            // SAFETY: a prefetch never faults, and the address lies in a line that holds `data`.
             unsafe {
                 match level {
-                    Level::L1 => _mm_prefetch::<_MM_HINT_T0>(start.add(offset)),
-                    Level::L2 => _mm_prefetch::<_MM_HINT_T1>(start.add(offset)),
+                    Level::L1 => _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(offset)),
+                    Level::L2 => _mm_prefetch::<_MM_HINT_T1>(start.wrapping_add(offset)),
                 }
             }
         }

@@ -40,13 +40,27 @@ pub trait Blocking {
     const OUT_VECS: usize;
 }
 
-/// `C (m × n) = [C +] A (m × k) · B (k × n)`; `n` must be a multiple of 8.
+/// Work spread over a product's register tiles: one step before each (`ahead.rs`).
+pub trait Alongside {
+    fn step(&mut self);
+}
+
+/// How many register tiles `matmul::<K>` runs for an `m × n` output: the steps of its
+/// [`Alongside`].
+pub fn tiles<K: Blocking>(m: usize, n: usize) -> usize {
+    let (lanes, wide) = (K::V::LANES, K::NV * K::V::LANES);
+    let panels = n / wide + (n % wide) / lanes + (n % lanes).div_ceil(K::T::LANES);
+    panels * m.div_ceil(K::MR)
+}
+
+/// `C (m × n) = [C +] A (m × k) · B (k × n)`; `n` must be a multiple of 8. `alongside` steps
+/// once per register tile.
 ///
 /// # Safety
 /// `a`, `b` and `c` must be valid for every element the shapes and strides reach, and `c` must
 /// not overlap `a` or `b`. The entry point must have the CPU features of `K::V` and `K::T`.
 #[inline(always)]
-pub unsafe fn matmul<K: Blocking>(m: usize, n: usize, k: usize, a: Strided, b: Rows<*const f32>, c: Rows<*mut f32>, accumulate: bool) {
+pub unsafe fn matmul<K: Blocking>(m: usize, n: usize, k: usize, a: Strided, b: Rows<*const f32>, c: Rows<*mut f32>, accumulate: bool, alongside: &mut impl Alongside) {
     debug_assert_eq!(n % 8, 0);
     let lanes = K::V::LANES;
     let wide = K::NV * lanes;
@@ -55,15 +69,15 @@ pub unsafe fn matmul<K: Blocking>(m: usize, n: usize, k: usize, a: Strided, b: R
     // columns < n of B, which the caller guarantees valid.
     unsafe {
         while j + wide <= n {
-            for_row_chunks::<K::V, K>(m, k, a, offset(b, j), offset_mut(c, j), accumulate, K::NV);
+            for_row_chunks::<K::V, K>(m, k, a, offset(b, j), offset_mut(c, j), accumulate, K::NV, alongside);
             j += wide;
         }
         while j + lanes <= n {
-            for_row_chunks::<K::V, K>(m, k, a, offset(b, j), offset_mut(c, j), accumulate, 1);
+            for_row_chunks::<K::V, K>(m, k, a, offset(b, j), offset_mut(c, j), accumulate, 1, alongside);
             j += lanes;
         }
         while j < n {
-            for_row_chunks::<K::T, K>(m, k, a, offset(b, j), offset_mut(c, j), accumulate, 1);
+            for_row_chunks::<K::T, K>(m, k, a, offset(b, j), offset_mut(c, j), accumulate, 1, alongside);
             j += K::T::LANES;
         }
     }
@@ -79,10 +93,11 @@ fn offset_mut(c: Rows<*mut f32>, cols: usize) -> Rows<*mut f32> {
 
 /// One column panel (`nv` vectors of `V`) of C, over all rows in chunks of `K::MR`.
 #[inline(always)]
-unsafe fn for_row_chunks<V: Vector, K: Blocking>(m: usize, k: usize, a: Strided, b: Rows<*const f32>, c: Rows<*mut f32>, accumulate: bool, nv: usize) {
+unsafe fn for_row_chunks<V: Vector, K: Blocking>(m: usize, k: usize, a: Strided, b: Rows<*const f32>, c: Rows<*mut f32>, accumulate: bool, nv: usize, alongside: &mut impl Alongside) {
     let mut i = 0;
     while i < m {
         let rows = K::MR.min(m - i);
+        alongside.step();
         let a_i = Strided { ptr: a.ptr.wrapping_add(i * a.row_stride), ..a };
         let c_i = Rows { ptr: c.ptr.wrapping_add(i * c.row_stride), ..c };
         // SAFETY: rows i..i + rows of A and C exist (rows <= m - i); the panel's columns exist.

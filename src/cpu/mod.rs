@@ -6,11 +6,13 @@
 //! thread count, so results are bit-identical for any number of threads.
 
 #[cfg(target_arch = "x86_64")]
+mod ahead;
 mod amx;
 mod block;
 mod decode;
 mod element;
 mod gemm;
+mod lines;
 mod mask;
 mod plan;
 mod products;
@@ -216,7 +218,7 @@ fn run_all<T: Element>(inp: &Inputs<'_, T>, want_lse: bool) -> Result<(Vec<T>, O
                 writer.write(item, 0, &s.acc, &s.row_max[..rows], &s.row_sum[..rows]);
                 None
             } else {
-                Some(Partial { acc: s.acc.clone(), row_max: s.row_max[..rows].to_vec(), row_sum: s.row_sum[..rows].to_vec() })
+                Some(Partial { acc: s.acc.to_vec(), row_max: s.row_max[..rows].to_vec(), row_sum: s.row_sum[..rows].to_vec() })
             }
         })
     };

@@ -2,10 +2,12 @@
 //! transposed, K/V tiles copied (and widened) into scratch or, for f32 rows few heads reuse,
 //! read in place. Blocks of at most `STREAM_MAX_ROWS` rows per head (decode) go to `decode.rs`.
 
+use super::ahead::Ahead;
 use super::block::{prefetch, spread_stride, Inputs, Kv, Level, Products, Scratch, Tile, PREFETCH_ROWS};
 use super::decode::{self, STREAM_MAX_ROWS};
 use super::element::{widen, Element};
-use super::gemm::{matmul, Blocking, Rows, Strided};
+use super::lines::Lines;
+use super::gemm::{matmul, tiles, Blocking, Rows, Strided};
 use super::simd::Vector;
 use std::marker::PhantomData;
 
@@ -33,7 +35,7 @@ impl KvTiles {
 /// # Safety
 /// The CPU must have the features of `K::T`.
 #[inline(always)]
-unsafe fn kv_tiles<T: Element, K: Blocking>(inp: &Inputs<'_, T>, which: Kv, scratch: &mut Vec<f32>, tile: &Tile) -> KvTiles {
+unsafe fn kv_tiles<T: Element, K: Blocking>(inp: &Inputs<'_, T>, which: Kv, scratch: &mut Lines<f32>, tile: &Tile) -> KvTiles {
     let (heads, n, d) = (tile.heads, tile.keys(), inp.call.head_dim);
     let (rows, row_stride, src_head_stride) = inp.source_rows(which, tile.at, heads);
     let row = |r: usize, head: usize| &rows[r * row_stride + head * src_head_stride..][..d];
@@ -102,6 +104,8 @@ impl<T: Element, K: Blocking> Products<T> for F32<K> {
         // keys × ld, each head at its column offset; the k tiles hold keys rows of d.
         unsafe {
             let k_tiles = kv_tiles::<T, K>(inp, Kv::K, &mut s.k_tile, tile);
+            // This tile's V rows, for `outputs`' copy.
+            let mut ahead = Ahead::new(inp, Kv::V, Some(tile.at), tile.heads, tile.heads * tiles::<K>(tile.keys(), tile.head_cols));
             for head in 0..tile.heads {
                 let (k_ptr, k_stride) = k_tiles.head(head);
                 let col = head * tile.head_cols;
@@ -114,6 +118,7 @@ impl<T: Element, K: Blocking> Products<T> for F32<K> {
                     Rows { ptr: s.q_t.as_ptr().add(col), row_stride: tile.ld },
                     Rows { ptr: s.scores_t.as_mut_ptr().add(col), row_stride: tile.ld },
                     false,
+                    &mut ahead,
                 );
             }
         }
@@ -129,6 +134,8 @@ impl<T: Element, K: Blocking> Products<T> for F32<K> {
         // SAFETY (whole body): as in `scores`; acc holds rows × d, each head at its row offset.
         unsafe {
             let v_tiles = kv_tiles::<T, K>(inp, Kv::V, &mut s.v_tile, tile);
+            // The next tile's K rows, for the next `scores`' copy.
+            let mut ahead = Ahead::new(inp, Kv::K, tile.next, tile.heads, tile.heads * tiles::<K>(tile.head_rows, d));
             for head in 0..tile.heads {
                 let (v_ptr, v_stride) = v_tiles.head(head);
                 let row = head * tile.head_cols;
@@ -141,6 +148,7 @@ impl<T: Element, K: Blocking> Products<T> for F32<K> {
                     Rows { ptr: v_ptr, row_stride: v_stride },
                     Rows { ptr: s.acc.as_mut_ptr().add(row * d), row_stride: d },
                     true,
+                    &mut ahead,
                 );
             }
         }

@@ -11,7 +11,9 @@
 //!   (`arch_prctl(ARCH_REQ_XCOMP_PERM)`); without it, or without AMX, the f32 kernel runs.
 //! - The AMX instructions are written with `asm!` (their intrinsics are not stable Rust).
 
-use super::block::{prepare_rows, reset, tile_end, BlockId, Inputs, Kv, Scratch, BLOCK_N};
+use super::ahead::Ahead;
+use super::gemm::Alongside;
+use super::block::{prepare_rows, reset, tile_end, BlockId, Inputs, Kv, Scratch, TileAt, BLOCK_N};
 use super::simd::{exp_scalar, F32x16, Vector};
 use half::bf16;
 use std::arch::asm;
@@ -93,17 +95,19 @@ macro_rules! tile_dot {
 }
 
 /// `C (m × n f32) [+]= A (m × k bf16 rows) · B (k/2 pair rows × n columns × 2 bf16)`, strides in
-/// bytes; `m`, `n`, `k` multiples of 32. 32×32 blocks of C in tiles 0-3, A in 4-5, B in 6-7.
+/// bytes; `m`, `n`, `k` multiples of 32. 32×32 blocks of C in tiles 0-3, A in 4-5, B in 6-7;
+/// `alongside` steps once per block.
 ///
 /// # Safety
 /// The tile configuration must be loaded, and the buffers must hold what the shapes reach.
-unsafe fn matmul(m: usize, n: usize, k: usize, a: (*const u16, usize), b: (*const u16, usize), c: (*mut f32, usize), accumulate: bool) {
+unsafe fn matmul(m: usize, n: usize, k: usize, a: (*const u16, usize), b: (*const u16, usize), c: (*mut f32, usize), accumulate: bool, alongside: &mut impl Alongside) {
     let ((a, lda), (b, ldb), (c, ldc)) = (a, b, c);
     // SAFETY (whole body): every tile address lies inside the m × n, m × k and k/2 × n
     // matrices (16 rows of 64 bytes from each block corner), per the caller.
     unsafe {
         for mi in (0..m).step_by(32) {
             for nj in (0..n).step_by(32) {
+                alongside.step();
                 let c00 = c.byte_add(mi * ldc + nj * 4);
                 let (c01, c10) = (c00.byte_add(64), c00.byte_add(16 * ldc));
                 let c11 = c10.byte_add(64);
@@ -285,7 +289,7 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
     let mut j0 = lo;
     while j0 < hi {
         let j1 = tile_end(call, j0, hi, BLOCK_N);
-        let at = super::block::TileAt { b: id.b, hk: id.hk0, k_start: seq.k_start, j0, j1 };
+        let at = TileAt { b: id.b, hk: id.hk0, k_start: seq.k_start, j0, j1 };
         let (n, n32) = (j1 - j0, (j1 - j0).next_multiple_of(32));
 
         reset(&mut s.k_pairs, d32 * n32, 0);
@@ -296,7 +300,7 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
         // scores_t rows32 × BLOCK_N (n32 <= BLOCK_N).
         unsafe {
             matmul(rows32, n32, d32, (s.q_pairs.as_ptr(), d32 * 2), (s.k_pairs.as_ptr(), n32 * 4),
-                   (s.scores_t.as_mut_ptr(), BLOCK_N * 4), false);
+                   (s.scores_t.as_mut_ptr(), BLOCK_N * 4), false, &mut ());
         }
         // The softmax scales the scores as it reads them, unless a softcap or ALiBi must see
         // them scaled first (or a negative scale would reorder them).
@@ -310,7 +314,10 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
         logits.apply(&mut s.scores_t, 1, BLOCK_N, rows, j0, n);
 
         reset(&mut s.p_rows, rows32 * n32, 0);
+        // This tile's V rows, for the pairs below.
+        let mut v_ahead = Ahead::new(inp, Kv::V, Some(at), 1, rows);
         for r in 0..rows {
+            v_ahead.step();
             let scores = &s.scores_t[r * BLOCK_N..][..n];
             // SAFETY: AVX-512F and AVX512-BF16 per the caller.
             let correction = unsafe { softmax_row(scores, scale, &mut s.p_rows[r * n32..][..n], &mut s.row_max[r], &mut s.row_sum[r]) };
@@ -328,11 +335,14 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
             // SAFETY: AVX-512BW per the caller.
             unsafe { interleave(&v_rows[2 * q * v_stride..][..d], second, &mut s.v_pairs[q * d32 * 2..][..2 * d]) };
         }
+        // The next tile's K rows, for the next pack.
+        let next = (j1 < hi).then(|| TileAt { j0: j1, j1: tile_end(call, j1, hi, BLOCK_N), ..at });
+        let mut k_ahead = Ahead::new(inp, Kv::K, next, 1, (rows32 / 32) * (d32 / 32));
         // SAFETY: tiles configured; p_rows is rows32 × n32, v_pairs n32/2 × d32 pairs, acc_rows
         // rows32 × d32.
         unsafe {
             matmul(rows32, d32, n32, (s.p_rows.as_ptr(), n32 * 2), (s.v_pairs.as_ptr(), d32 * 4),
-                   (s.acc_rows.as_mut_ptr(), d32 * 4), true);
+                   (s.acc_rows.as_mut_ptr(), d32 * 4), true, &mut k_ahead);
         }
         j0 = j1;
     }

@@ -45,6 +45,11 @@ pub trait Alongside {
     fn step(&mut self);
 }
 
+/// Nothing alongside.
+impl Alongside for () {
+    fn step(&mut self) {}
+}
+
 /// How many register tiles `matmul::<K>` runs for an `m × n` output: the steps of its
 /// [`Alongside`].
 pub fn tiles<K: Blocking>(m: usize, n: usize) -> usize {

@@ -92,6 +92,8 @@ pub struct Scratch {
     pub row_max: Lines<f32>,
     pub row_sum: Lines<f32>,
     correction: Lines<f32>,
+    /// Per row, where the current tile's visible keys end (`RowRanges::key_ends`).
+    pub key_ends: Vec<usize>,
     pub k_tile: Lines<f32>,
     pub v_tile: Lines<f32>,
     /// The AMX products' operands (`amx.rs`): Q rows, Kᵀ and V as pairs, P rows, all bf16,
@@ -254,11 +256,13 @@ pub unsafe fn run<T: Element, P: Products<T>>(inp: &Inputs<'_, T>, id: BlockId, 
     while j0 < hi {
         let j1 = tile_end(call, j0, hi, tile_keys);
         let at = TileAt { b: id.b, hk: id.hk0, k_start: seq.k_start, j0, j1 };
+        let staircase = logits.ranges.key_ends(j0, j1 - j0, &mut s.key_ends);
         let tile = Tile {
             at,
             next: (j1 < hi).then(|| TileAt { j0: j1, j1: tile_end(call, j1, hi, tile_keys), ..at }),
             heads: id.heads,
             copy,
+            staircase,
             head_rows,
             head_cols,
             ld,
@@ -328,6 +332,8 @@ pub struct Tile {
     pub heads: usize,
     /// Copy K/V tiles rather than read f32 ones in place (see `run`).
     pub copy: bool,
+    /// Some rows see only the first keys of the tile: `Scratch::key_ends` says which.
+    pub staircase: bool,
     pub head_rows: usize,
     pub head_cols: usize,
     pub ld: usize,

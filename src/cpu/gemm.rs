@@ -58,14 +58,27 @@ pub fn tiles<K: Blocking>(m: usize, n: usize) -> usize {
     panels * m.div_ceil(K::MR)
 }
 
-/// `C (m × n) = [C +] A (m × k) · B (k × n)`; `n` must be a multiple of 8. `alongside` steps
-/// once per register tile.
+/// The part of a product a mask leaves to compute (a causal diagonal tile: about half).
+#[derive(Clone, Copy)]
+pub enum Visible<'a> {
+    All,
+    /// Column `j` of C needs only its rows below `ends[j]`: register tiles below every column's
+    /// end are skipped and left unwritten (the scores, `Sᵀ = K · Qᵀ`: column `j` is a query row,
+    /// and the mask overwrites the keys it hides).
+    RowsBelow(&'a [usize]),
+    /// Row `i` of C needs only the shared elements below `ends[i]` (the output, `O += P · V`: P
+    /// is 0 at the keys the mask hid).
+    SharedBelow(&'a [usize]),
+}
+
+/// `C (m × n) = [C +] A (m × k) · B (k × n)`, where `visible` says; `n` must be a multiple of
+/// 8. `alongside` steps once per register tile, skipped ones included.
 ///
 /// # Safety
 /// `a`, `b` and `c` must be valid for every element the shapes and strides reach, and `c` must
 /// not overlap `a` or `b`. The entry point must have the CPU features of `K::V` and `K::T`.
 #[inline(always)]
-pub unsafe fn matmul<K: Blocking>(m: usize, n: usize, k: usize, a: Strided, b: Rows<*const f32>, c: Rows<*mut f32>, accumulate: bool, alongside: &mut impl Alongside) {
+pub unsafe fn matmul<K: Blocking>(m: usize, n: usize, k: usize, a: Strided, b: Rows<*const f32>, c: Rows<*mut f32>, accumulate: bool, visible: Visible, alongside: &mut impl Alongside) {
     debug_assert_eq!(n % 8, 0);
     let lanes = K::V::LANES;
     let wide = K::NV * lanes;
@@ -74,18 +87,38 @@ pub unsafe fn matmul<K: Blocking>(m: usize, n: usize, k: usize, a: Strided, b: R
     // columns < n of B, which the caller guarantees valid.
     unsafe {
         while j + wide <= n {
-            for_row_chunks::<K::V, K>(m, k, a, offset(b, j), offset_mut(c, j), accumulate, K::NV, alongside);
+            for_row_chunks::<K::V, K>(m, k, a, offset(b, j), offset_mut(c, j), accumulate, K::NV, visible.panel(j..j + wide), alongside);
             j += wide;
         }
         while j + lanes <= n {
-            for_row_chunks::<K::V, K>(m, k, a, offset(b, j), offset_mut(c, j), accumulate, 1, alongside);
+            for_row_chunks::<K::V, K>(m, k, a, offset(b, j), offset_mut(c, j), accumulate, 1, visible.panel(j..j + lanes), alongside);
             j += lanes;
         }
         while j < n {
-            for_row_chunks::<K::T, K>(m, k, a, offset(b, j), offset_mut(c, j), accumulate, 1, alongside);
+            for_row_chunks::<K::T, K>(m, k, a, offset(b, j), offset_mut(c, j), accumulate, 1, visible.panel(j..j + K::T::LANES), alongside);
             j += K::T::LANES;
         }
     }
+}
+
+impl Visible<'_> {
+    /// For the column panel `cols`: the rows of C to compute (`m` at most) and, per row, the
+    /// shared elements to run over (`k` at most).
+    #[inline(always)]
+    fn panel(&self, cols: std::ops::Range<usize>) -> Panel<'_> {
+        match *self {
+            Visible::All => Panel { rows_below: usize::MAX, shared_below: None },
+            Visible::RowsBelow(ends) => Panel { rows_below: ends[cols].iter().copied().max().unwrap_or(0), shared_below: None },
+            Visible::SharedBelow(ends) => Panel { rows_below: usize::MAX, shared_below: Some(ends) },
+        }
+    }
+}
+
+/// [`Visible`] for one column panel.
+#[derive(Clone, Copy)]
+struct Panel<'a> {
+    rows_below: usize,
+    shared_below: Option<&'a [usize]>,
 }
 
 fn offset(b: Rows<*const f32>, cols: usize) -> Rows<*const f32> {
@@ -98,11 +131,16 @@ fn offset_mut(c: Rows<*mut f32>, cols: usize) -> Rows<*mut f32> {
 
 /// One column panel (`nv` vectors of `V`) of C, over all rows in chunks of `K::MR`.
 #[inline(always)]
-unsafe fn for_row_chunks<V: Vector, K: Blocking>(m: usize, k: usize, a: Strided, b: Rows<*const f32>, c: Rows<*mut f32>, accumulate: bool, nv: usize, alongside: &mut impl Alongside) {
+unsafe fn for_row_chunks<V: Vector, K: Blocking>(m: usize, k: usize, a: Strided, b: Rows<*const f32>, c: Rows<*mut f32>, accumulate: bool, nv: usize, panel: Panel, alongside: &mut impl Alongside) {
     let mut i = 0;
     while i < m {
         let rows = K::MR.min(m - i);
         alongside.step();
+        if i >= panel.rows_below {
+            i += rows;
+            continue;
+        }
+        let k = panel.shared_below.map_or(k, |ends| k.min(ends[i..i + rows].iter().copied().max().unwrap_or(0)));
         let a_i = Strided { ptr: a.ptr.wrapping_add(i * a.row_stride), ..a };
         let c_i = Rows { ptr: c.ptr.wrapping_add(i * c.row_stride), ..c };
         // SAFETY: rows i..i + rows of A and C exist (rows <= m - i); the panel's columns exist.

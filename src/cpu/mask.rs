@@ -47,6 +47,15 @@ impl RowRanges {
         self.window.iter().all(|&(lo, hi)| lo <= j0 && j1 <= hi)
     }
 
+    /// Per row, where (tile-local, `n` at most) the keys of the tile `[j0, j0 + n)` that the row
+    /// may see end: the keys from there on are hidden. True when some row's end falls inside the
+    /// tile (a causal diagonal tile), so products may skip what lies beyond.
+    pub fn key_ends(&self, j0: usize, n: usize, ends: &mut Vec<usize>) -> bool {
+        ends.clear();
+        ends.extend(self.window.iter().zip(&self.prefix).map(|(&(_, hi), &(plo, phi))| if plo < phi { n } else { hi.saturating_sub(j0).min(n) }));
+        ends.iter().any(|&end| end < n)
+    }
+
     #[inline]
     fn allows(&self, r: usize, j: usize) -> bool {
         let (lo, hi) = self.window[r];

@@ -7,7 +7,7 @@ use super::block::{prefetch, spread_stride, Inputs, Kv, Level, Products, Scratch
 use super::decode::{self, STREAM_MAX_ROWS};
 use super::element::{widen, Element};
 use super::lines::Lines;
-use super::gemm::{matmul, tiles, Blocking, Rows, Strided};
+use super::gemm::{matmul, tiles, Blocking, Rows, Strided, Visible};
 use super::simd::Vector;
 use std::marker::PhantomData;
 
@@ -118,6 +118,7 @@ impl<T: Element, K: Blocking> Products<T> for F32<K> {
                     Rows { ptr: s.q_t.as_ptr().add(col), row_stride: tile.ld },
                     Rows { ptr: s.scores_t.as_mut_ptr().add(col), row_stride: tile.ld },
                     false,
+                    if tile.staircase { Visible::RowsBelow(&s.key_ends[col..]) } else { Visible::All },
                     &mut ahead,
                 );
             }
@@ -148,6 +149,7 @@ impl<T: Element, K: Blocking> Products<T> for F32<K> {
                     Rows { ptr: v_ptr, row_stride: v_stride },
                     Rows { ptr: s.acc.as_mut_ptr().add(row * d), row_stride: d },
                     true,
+                    if tile.staircase { Visible::SharedBelow(&s.key_ends[row..]) } else { Visible::All },
                     &mut ahead,
                 );
             }

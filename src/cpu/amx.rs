@@ -94,20 +94,48 @@ macro_rules! tile_dot {
     };
 }
 
+/// What a mask leaves of a product, per row `i` of C (`RowRanges::key_ends`, a causal diagonal
+/// tile): only its columns below `ends[i]` (the scores, whose columns are keys: the blocks beyond
+/// are left unwritten for the mask to overwrite), or only its shared elements below `ends[i]`
+/// (the output: P is 0 at the keys the mask hid).
+#[derive(Clone, Copy)]
+enum Below<'a> {
+    All,
+    Cols(&'a [usize]),
+    Shared(&'a [usize]),
+}
+
+impl Below<'_> {
+    /// For the 32 rows from `mi`: how many columns and shared elements to run over, at most
+    /// `n` and `k`.
+    fn block(&self, mi: usize, n: usize, k: usize) -> (usize, usize) {
+        let end = |ends: &[usize]| ends[mi.min(ends.len())..(mi + 32).min(ends.len())].iter().copied().max().unwrap_or(0).next_multiple_of(32);
+        match *self {
+            Below::All => (n, k),
+            Below::Cols(ends) => (n.min(end(ends)), k),
+            Below::Shared(ends) => (n, k.min(end(ends))),
+        }
+    }
+}
+
 /// `C (m × n f32) [+]= A (m × k bf16 rows) · B (k/2 pair rows × n columns × 2 bf16)`, strides in
-/// bytes; `m`, `n`, `k` multiples of 32. 32×32 blocks of C in tiles 0-3, A in 4-5, B in 6-7;
-/// `alongside` steps once per block.
+/// bytes; `m`, `n`, `k` multiples of 32; only what `below` leaves. 32×32 blocks of C in tiles
+/// 0-3, A in 4-5, B in 6-7; `alongside` steps once per block, skipped ones included.
 ///
 /// # Safety
 /// The tile configuration must be loaded, and the buffers must hold what the shapes reach.
-unsafe fn matmul(m: usize, n: usize, k: usize, a: (*const u16, usize), b: (*const u16, usize), c: (*mut f32, usize), accumulate: bool, alongside: &mut impl Alongside) {
+unsafe fn matmul(m: usize, n: usize, k: usize, a: (*const u16, usize), b: (*const u16, usize), c: (*mut f32, usize), accumulate: bool, below: Below, alongside: &mut impl Alongside) {
     let ((a, lda), (b, ldb), (c, ldc)) = (a, b, c);
     // SAFETY (whole body): every tile address lies inside the m × n, m × k and k/2 × n
     // matrices (16 rows of 64 bytes from each block corner), per the caller.
     unsafe {
         for mi in (0..m).step_by(32) {
+            let (n_live, k_live) = below.block(mi, n, k);
             for nj in (0..n).step_by(32) {
                 alongside.step();
+                if nj >= n_live {
+                    continue;
+                }
                 let c00 = c.byte_add(mi * ldc + nj * 4);
                 let (c01, c10) = (c00.byte_add(64), c00.byte_add(16 * ldc));
                 let c11 = c10.byte_add(64);
@@ -122,7 +150,7 @@ unsafe fn matmul(m: usize, n: usize, k: usize, a: (*const u16, usize), b: (*cons
                     tile_zero!("2");
                     tile_zero!("3");
                 }
-                for kk in (0..k).step_by(32) {
+                for kk in (0..k_live).step_by(32) {
                     let a0 = a.byte_add(mi * lda + kk * 2);
                     let b0 = b.byte_add(kk / 2 * ldb + nj * 4);
                     tile_load!("4", a0, lda);
@@ -291,6 +319,9 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
         let j1 = tile_end(call, j0, hi, BLOCK_N);
         let at = TileAt { b: id.b, hk: id.hk0, k_start: seq.k_start, j0, j1 };
         let (n, n32) = (j1 - j0, (j1 - j0).next_multiple_of(32));
+        // Rows whose visible keys end inside the tile (a causal diagonal): the products and the
+        // softmax skip what lies beyond.
+        let staircase = logits.ranges.key_ends(j0, n, &mut s.key_ends);
 
         reset(&mut s.k_pairs, d32 * n32, 0);
         let (k_rows, k_stride, _) = inp.source_rows(Kv::K, at, 1);
@@ -300,7 +331,7 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
         // scores_t rows32 × BLOCK_N (n32 <= BLOCK_N).
         unsafe {
             matmul(rows32, n32, d32, (s.q_pairs.as_ptr(), d32 * 2), (s.k_pairs.as_ptr(), n32 * 4),
-                   (s.scores_t.as_mut_ptr(), BLOCK_N * 4), false, &mut ());
+                   (s.scores_t.as_mut_ptr(), BLOCK_N * 4), false, if staircase { Below::Cols(&s.key_ends) } else { Below::All }, &mut ());
         }
         // The softmax scales the scores as it reads them, unless a softcap or ALiBi must see
         // them scaled first (or a negative scale would reorder them).
@@ -318,7 +349,7 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
         let mut v_ahead = Ahead::new(inp, Kv::V, Some(at), 1, rows);
         for r in 0..rows {
             v_ahead.step();
-            let scores = &s.scores_t[r * BLOCK_N..][..n];
+            let scores = &s.scores_t[r * BLOCK_N..][..if staircase { s.key_ends[r] } else { n }];
             // SAFETY: AVX-512F and AVX512-BF16 per the caller.
             let correction = unsafe { softmax_row(scores, scale, &mut s.p_rows[r * n32..][..n], &mut s.row_max[r], &mut s.row_sum[r]) };
             if correction != 1.0 {
@@ -342,7 +373,7 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
         // rows32 × d32.
         unsafe {
             matmul(rows32, d32, n32, (s.p_rows.as_ptr(), n32 * 2), (s.v_pairs.as_ptr(), d32 * 4),
-                   (s.acc_rows.as_mut_ptr(), d32 * 4), true, &mut k_ahead);
+                   (s.acc_rows.as_mut_ptr(), d32 * 4), true, if staircase { Below::Shared(&s.key_ends) } else { Below::All }, &mut k_ahead);
         }
         j0 = j1;
     }

@@ -18,6 +18,7 @@ use super::simd::{exp_scalar, F32x16, Vector};
 use half::bf16;
 use std::arch::asm;
 use std::arch::x86_64::*;
+use std::f32::consts::LOG2_E;
 use std::sync::OnceLock;
 
 /// True when this CPU has AMX-BF16 and the OS lets this process use the tile data.
@@ -217,8 +218,49 @@ unsafe fn interleave(a: &[u16], b: Option<&[u16]>, dst: &mut [u16]) {
     }
 }
 
+/// A 16 × 16 transpose of 32-bit elements: `out[c]` holds element `c` of every row, in row
+/// order (unpacks within 128-bit lanes, then a 4 × 4 transpose of the lanes).
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[inline(always)]
+unsafe fn transpose_16x16(rows: &[__m512i; 16]) -> [__m512i; 16] {
+    // SAFETY (whole body): AVX-512F per the caller.
+    unsafe {
+        // Per 128-bit lane: t[2m] = rows 2m, 2m+1 of elements 0, 1; t[2m+1] of elements 2, 3.
+        let mut t = [_mm512_setzero_si512(); 16];
+        for m in 0..8 {
+            t[2 * m] = _mm512_unpacklo_epi32(rows[2 * m], rows[2 * m + 1]);
+            t[2 * m + 1] = _mm512_unpackhi_epi32(rows[2 * m], rows[2 * m + 1]);
+        }
+        // Per lane k: u[4g + e] = rows 4g..4g + 4 of element 4k + e.
+        let mut u = [_mm512_setzero_si512(); 16];
+        for g in 0..4 {
+            for half in 0..2 {
+                let (a, b) = (t[4 * g + half], t[4 * g + 2 + half]);
+                u[4 * g + 2 * half] = _mm512_unpacklo_epi64(a, b);
+                u[4 * g + 2 * half + 1] = _mm512_unpackhi_epi64(a, b);
+            }
+        }
+        // Element 4k + e: lane k of u[e], u[4 + e], u[8 + e], u[12 + e].
+        let mut out = [_mm512_setzero_si512(); 16];
+        for e in 0..4 {
+            let low01 = _mm512_shuffle_i32x4::<0x44>(u[e], u[4 + e]);
+            let low23 = _mm512_shuffle_i32x4::<0xee>(u[e], u[4 + e]);
+            let high01 = _mm512_shuffle_i32x4::<0x44>(u[8 + e], u[12 + e]);
+            let high23 = _mm512_shuffle_i32x4::<0xee>(u[8 + e], u[12 + e]);
+            out[e] = _mm512_shuffle_i32x4::<0x88>(low01, high01);
+            out[4 + e] = _mm512_shuffle_i32x4::<0xdd>(low01, high01);
+            out[8 + e] = _mm512_shuffle_i32x4::<0x88>(low23, high23);
+            out[12 + e] = _mm512_shuffle_i32x4::<0xdd>(low23, high23);
+        }
+        out
+    }
+}
+
 /// Kᵀ as pairs along d: `dst[(p * n32 + j) * 2 + {0, 1}] = K[j][2p + {0, 1}]` for the `n`
-/// keys (rows `stride` apart in `keys`): a transpose of 32-bit pairs, gathered 16 keys at a time.
+/// keys (rows `stride` apart in `keys`): a transpose of 32-bit pairs, by 16 × 16 blocks in
+/// registers where 16 keys and 16 pairs are left, else gathered 16 keys at a time.
 #[inline(always)]
 unsafe fn pack_keys(keys: &[u16], stride: usize, n: usize, d: usize, n32: usize, dst: &mut [u16]) {
     assert!(n >= 1 && keys.len() >= (n - 1) * stride + d && dst.len() >= d * n32 && n <= n32);
@@ -232,19 +274,59 @@ unsafe fn pack_keys(keys: &[u16], stride: usize, n: usize, d: usize, n32: usize,
         return;
     }
     let row_bytes = (2 * stride) as i32;
-    // SAFETY (whole body): lane l of block j0 reads key j0 + l < n only (masked), at pair
-    // p < d/2 of its row, inside `keys` (asserted), at an offset below 15 rows that fits i32
-    // (checked); the stores write pairs p < d/2, keys < n32.
+    // SAFETY (whole body): lane l of block j0 reads key j0 + l < n only (masked, or all 16
+    // keys when n - j0 >= 16), at pairs p < d/2 of its row, inside `keys` (asserted), at an
+    // offset below 15 rows that fits i32 (checked); the stores write pairs p < d/2, keys < n32.
     unsafe {
         let offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(row_bytes));
         for j0 in (0..n).step_by(16) {
             let live: __mmask16 = if n - j0 >= 16 { 0xffff } else { (1u16 << (n - j0)) - 1 };
             let base = keys.as_ptr().add(j0 * stride).cast::<u8>();
-            for p in 0..d / 2 {
+            let transposed = if n - j0 >= 16 { (d / 2) / 16 * 16 } else { 0 };
+            for p0 in (0..transposed).step_by(16) {
+                let mut rows = [_mm512_setzero_si512(); 16];
+                for (l, row) in rows.iter_mut().enumerate() {
+                    *row = _mm512_loadu_si512(keys.as_ptr().add((j0 + l) * stride + 2 * p0).cast());
+                }
+                let pairs = transpose_16x16(&rows);
+                for (c, column) in pairs.iter().enumerate() {
+                    _mm512_storeu_si512(dst.as_mut_ptr().add(((p0 + c) * n32 + j0) * 2).cast(), *column);
+                }
+            }
+            for p in transposed..d / 2 {
                 let pairs = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), live, offsets, base.add(4 * p).cast());
                 _mm512_storeu_si512(dst.as_mut_ptr().add((p * n32 + j0) * 2).cast(), pairs);
             }
         }
+    }
+}
+
+/// Taylor coefficients of 2^f = e^(f·ln 2) to degree 4, highest first: within 6e-5 relative
+/// for |f| <= 1/2, under a fiftieth of the bf16 rounding the probabilities then go through.
+const EXP2_POLY: [f32; 5] = [
+    0.009_618_129, // ln2^4 / 24
+    0.055_504_11,  // ln2^3 / 6
+    0.240_226_5,   // ln2^2 / 2
+    std::f32::consts::LN_2,
+    1.0,
+];
+
+/// `2^t` per lane for probabilities that are rounded to bf16 next: about half the work of
+/// [`Vector::exp`], whose 2-ulp accuracy the rounding would throw away (`vscalefps` replaces the
+/// exponent arithmetic). Exactly 0 for `t` below -150, -inf included.
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[inline(always)]
+unsafe fn exp2_for_bf16(t: __m512) -> __m512 {
+    // SAFETY: AVX-512F per the caller.
+    unsafe {
+        // -inf would give an undefined fraction; 2^-150 is already below every f32.
+        let t = _mm512_max_ps(t, _mm512_set1_ps(-150.0));
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
+        let f = _mm512_sub_ps(t, n);
+        let p = EXP2_POLY[1..].iter().fold(_mm512_set1_ps(EXP2_POLY[0]), |p, &c| _mm512_fmadd_ps(p, f, _mm512_set1_ps(c)));
+        _mm512_scalef_ps(p, n)
     }
 }
 
@@ -270,10 +352,11 @@ unsafe fn softmax_row(scores: &[f32], scale: f32, p: &mut [u16], max: &mut f32, 
         let new_max = max.max(tile_max);
         // A row that has seen no key yet keeps max -inf; shifting by 0 then gives e^-inf = 0.
         let shift = if new_max == f32::NEG_INFINITY { 0.0 } else { new_max };
-        let (scale_lanes, shift_lanes) = (F32x16::splat(scale), F32x16::splat(-shift));
+        // e^(s·scale - shift) = 2^(s·scale·log2 e - shift·log2 e): one FMA from the raw score.
+        let (scale_lanes, shift_lanes) = (F32x16::splat(scale * LOG2_E), F32x16::splat(-shift * LOG2_E));
         let mut total = F32x16::splat(0.0);
         for c in (0..body).step_by(16) {
-            let e = F32x16::load(scores.as_ptr().add(c)).mul_add(scale_lanes, shift_lanes).exp();
+            let e = F32x16(exp2_for_bf16(F32x16::load(scores.as_ptr().add(c)).mul_add(scale_lanes, shift_lanes).0));
             total = total.add(e);
             // Sixteen bf16 as 256 raw bits.
             let rounded: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(e.0));
@@ -383,5 +466,67 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
     reset(&mut s.acc, rows * d, 0.0);
     for r in 0..rows {
         s.acc[r * d..][..d].copy_from_slice(&s.acc_rows[r * d32..][..d]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// Runs only where the CPU has AVX-512F; says so elsewhere.
+    #[test]
+    fn packed_keys_are_the_pairs_of_every_key() {
+        if !std::is_x86_feature_detected!("avx512f") {
+            eprintln!("skipped: this CPU has no AVX-512F");
+            return;
+        }
+        let seed = rand::random();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        for _ in 0..200 {
+            let n = rng.gen_range(1..=BLOCK_N);
+            let d = 8 * rng.gen_range(1..=40);
+            let stride = d + 8 * rng.gen_range(0..4) + rng.gen_range(0..2) * 4096;
+            let n32 = n.next_multiple_of(32);
+            let keys: Vec<u16> = (0..(n - 1) * stride + d).map(|_| rng.gen()).collect();
+            let mut dst = vec![0u16; d * n32];
+            // SAFETY: AVX-512F checked above; the buffers hold what the shapes reach.
+            unsafe { pack_keys(&keys, stride, n, d, n32, &mut dst) };
+            for j in 0..n {
+                for e in 0..d {
+                    let (p, half) = (e / 2, e % 2);
+                    assert_eq!(dst[(p * n32 + j) * 2 + half], keys[j * stride + e], "seed {seed}: n {n} d {d} stride {stride}, key {j} element {e}");
+                }
+            }
+        }
+    }
+
+    /// Runs only where the CPU has AVX-512F (the AMX path needs it); says so elsewhere.
+    #[test]
+    fn exp2_for_bf16_stays_within_its_bound_and_vanishes_below_it() {
+        if !std::is_x86_feature_detected!("avx512f") {
+            eprintln!("skipped: this CPU has no AVX-512F");
+            return;
+        }
+        let seed = rand::random();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut inputs: Vec<f32> = (0..4096).map(|_| rng.gen_range(-120.0..40.0)).collect();
+        inputs.extend([0.0, -0.5, 0.5, 1.0, -1.0, -126.0]);
+        let vanishing = [f32::NEG_INFINITY, -150.0, -151.0, -1.0e9];
+        let mut all = inputs.clone();
+        all.extend(vanishing);
+        all.resize(all.len().next_multiple_of(16), 0.0);
+        let mut out = vec![0.0f32; all.len()];
+        for (x, y) in all.chunks_exact(16).zip(out.chunks_exact_mut(16)) {
+            // SAFETY: AVX-512F checked above; both chunks hold 16 f32s.
+            unsafe { _mm512_storeu_ps(y.as_mut_ptr(), exp2_for_bf16(_mm512_loadu_ps(x.as_ptr()))) };
+        }
+        for (x, y) in all.iter().zip(&out).take(inputs.len()) {
+            let want = (*x as f64).exp2();
+            assert!(((*y as f64) - want).abs() <= want * 6e-5, "seed {seed}: 2^{x} = {y}, want {want}");
+        }
+        for (x, y) in all.iter().zip(&out).skip(inputs.len()).take(vanishing.len()) {
+            assert_eq!(*y, 0.0, "2^{x}");
+        }
     }
 }

@@ -222,14 +222,15 @@ pub unsafe fn run<T: Element, P: Products<T>>(inp: &Inputs<'_, T>, id: BlockId, 
     let ld = spread_stride(rows);
 
     // The queries in the products' layout (Qᵀ, d × ld, or rows for `decode.rs`); dead rows
-    // stay 0.
+    // are 0.
     let by_rows = head_rows <= STREAM_MAX_ROWS;
     P::clear_queries(s, d, ld, by_rows);
     let mut query = vec![0.0f32; d];
     let logits = prepare_rows(inp, id, |r, row| {
         T::to_f32_slice(row, &mut query);
-        P::pack_query(s, &query, r, ld, call.softmax_scale, by_rows)
+        P::pack_query(s, &query, r, call.softmax_scale, by_rows)
     });
+    P::finish_queries(s, d, ld, rows, by_rows);
 
     reset(&mut s.acc, rows * d, 0.0);
     reset(&mut s.row_max, ld, f32::NEG_INFINITY);
@@ -295,11 +296,15 @@ pub fn prepare_rows<T: Element>(inp: &Inputs<'_, T>, id: BlockId, mut pack: impl
     let (head_rows, head_cols) = (id.head_rows(call), id.head_cols(call));
     let mut positions = Vec::with_capacity(rows);
     let mut heads = Vec::with_capacity(rows);
+    let query = |r: usize| id.row(call, r).map(|(pos, h)| &inp.q[call.q.at(id.b, seq.q_start + pos, h)..][..d]);
+    // Query rows lie a page apart as K/V rows do: ask for them a few rows ahead.
+    let ask = |r: usize| query(r).map(|q| prefetch(q, Level::L1));
+    (0..PREFETCH_ROWS.min(rows)).for_each(|r| _ = ask(r));
     for r in 0..rows {
+        _ = ask(r + PREFETCH_ROWS);
         let (pos, h) = match id.row(call, r) {
             Some((pos, h)) => {
-                let at = call.q.at(id.b, seq.q_start + pos, h);
-                pack(r, &inp.q[at..at + d]);
+                pack(r, query(r).expect("a live row"));
                 (pos, h)
             }
             None => {
@@ -350,11 +355,14 @@ impl Tile {
 pub trait Products<T: Element> {
     /// The vectors of the softmax between the products.
     type K: Blocking;
-    /// Zeroes the packed queries of a `d × ld` block: `Scratch::q_rows` when `by_rows` (blocks
-    /// of few rows per head, `decode.rs`), else `Scratch::q_t`.
+    /// Zeroes the query rows of a block (`Scratch::q_rows`, `ld` rows of `d`).
     unsafe fn clear_queries(s: &mut Scratch, d: usize, ld: usize, by_rows: bool);
-    /// Packs one query row, scaled, as row `r` of `q_rows` or column `r` of Qᵀ.
-    unsafe fn pack_query(s: &mut Scratch, row: &[f32], r: usize, ld: usize, scale: f32, by_rows: bool);
+    /// Packs one query row, scaled, as row `r` of `q_rows` (in `decode.rs`' element order when
+    /// `by_rows`, blocks of few rows per head).
+    unsafe fn pack_query(s: &mut Scratch, row: &[f32], r: usize, scale: f32, by_rows: bool);
+    /// Once every row is packed: unless `by_rows`, transposes the block's `rows` query rows into
+    /// `Scratch::q_t` (d × ld).
+    unsafe fn finish_queries(s: &mut Scratch, d: usize, ld: usize, rows: usize, by_rows: bool);
     /// `s.scores_t` (keys × ld) = K · Qᵀ · scale for every head of the tile.
     unsafe fn scores(inp: &Inputs<'_, T>, s: &mut Scratch, tile: &Tile);
     /// `s.acc += P · V` for every head, P being the probabilities left in `s.scores_t`.

@@ -294,9 +294,21 @@ impl<T: Element> Writer<'_, T> {
         let d = call.head_dim;
         // One normalized row at a time, narrowed by a slice conversion (vectorized for f16).
         let mut row = vec![0.0f32; d];
-        for (i, r) in (r0..r0 + row_max.len()).enumerate() {
-            let Some((pos, h)) = item.block.row(call, r) else { continue };
-            let at = call.out_offset(item.block.b, h, pos);
+        let out_at = |r: usize| item.block.row(call, r).map(|(pos, h)| (call.out_offset(item.block.b, h, pos), pos, h));
+        // Output rows lie a page apart as the inputs' do: ask for them a few rows ahead.
+        let ask = |r: usize| {
+            if let Some((at, _, _)) = out_at(r).filter(|&(at, _, _)| at + d <= self.out_len) {
+                // SAFETY: `at + d <= out_len` (checked): the row lies inside the output.
+                block::prefetch(unsafe { std::slice::from_raw_parts(self.out.ptr().add(at).cast_const(), d) }, block::Level::L1);
+            }
+        };
+        let end = r0 + row_max.len();
+        (r0..(r0 + block::PREFETCH_ROWS).min(end)).for_each(ask);
+        for (i, r) in (r0..end).enumerate() {
+            if r + block::PREFETCH_ROWS < end {
+                ask(r + block::PREFETCH_ROWS);
+            }
+            let Some((at, pos, h)) = out_at(r) else { continue };
             assert!(at + d <= self.out_len);
             // SAFETY: `at + d <= out_len` (checked), and no other item writes row (b, h, pos):
             // the plan partitions the (b, h, position) space (splits merge before writing).

@@ -474,15 +474,20 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
-    /// Runs only where the CPU has AVX-512F; says so elsewhere.
-    #[test]
-    fn packed_keys_are_the_pairs_of_every_key() {
+    /// A seed and its generator where the CPU has AVX-512F (these tests run only there);
+    /// `None`, saying so, elsewhere.
+    fn avx512_rng() -> Option<(u64, rand::rngs::StdRng)> {
         if !std::is_x86_feature_detected!("avx512f") {
             eprintln!("skipped: this CPU has no AVX-512F");
-            return;
+            return None;
         }
         let seed = rand::random();
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        Some((seed, rand::rngs::StdRng::seed_from_u64(seed)))
+    }
+
+    #[test]
+    fn packed_keys_are_the_pairs_of_every_key() {
+        let Some((seed, mut rng)) = avx512_rng() else { return };
         for _ in 0..200 {
             let n = rng.gen_range(1..=BLOCK_N);
             let d = 8 * rng.gen_range(1..=40);
@@ -490,7 +495,7 @@ mod tests {
             let n32 = n.next_multiple_of(32);
             let keys: Vec<u16> = (0..(n - 1) * stride + d).map(|_| rng.gen()).collect();
             let mut dst = vec![0u16; d * n32];
-            // SAFETY: AVX-512F checked above; the buffers hold what the shapes reach.
+            // SAFETY: AVX-512F checked (`avx512_rng`); the buffers hold what the shapes reach.
             unsafe { pack_keys(&keys, stride, n, d, n32, &mut dst) };
             for j in 0..n {
                 for e in 0..d {
@@ -501,15 +506,9 @@ mod tests {
         }
     }
 
-    /// Runs only where the CPU has AVX-512F (the AMX path needs it); says so elsewhere.
     #[test]
     fn exp2_for_bf16_stays_within_its_bound_and_vanishes_below_it() {
-        if !std::is_x86_feature_detected!("avx512f") {
-            eprintln!("skipped: this CPU has no AVX-512F");
-            return;
-        }
-        let seed = rand::random();
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let Some((seed, mut rng)) = avx512_rng() else { return };
         let mut inputs: Vec<f32> = (0..4096).map(|_| rng.gen_range(-120.0..40.0)).collect();
         inputs.extend([0.0, -0.5, 0.5, 1.0, -1.0, -126.0]);
         let vanishing = [f32::NEG_INFINITY, -150.0, -151.0, -1.0e9];
@@ -518,7 +517,7 @@ mod tests {
         all.resize(all.len().next_multiple_of(16), 0.0);
         let mut out = vec![0.0f32; all.len()];
         for (x, y) in all.chunks_exact(16).zip(out.chunks_exact_mut(16)) {
-            // SAFETY: AVX-512F checked above; both chunks hold 16 f32s.
+            // SAFETY: AVX-512F checked (`avx512_rng`); both chunks hold 16 f32s.
             unsafe { _mm512_storeu_ps(y.as_mut_ptr(), exp2_for_bf16(_mm512_loadu_ps(x.as_ptr()))) };
         }
         for (x, y) in all.iter().zip(&out).take(inputs.len()) {

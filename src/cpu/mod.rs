@@ -5,8 +5,8 @@
 //! rows, over splits of the keys. Blocks and splits depend on the shapes only, never on the
 //! thread count, so results are bit-identical for any number of threads.
 
-#[cfg(target_arch = "x86_64")]
 mod ahead;
+#[cfg(target_arch = "x86_64")]
 mod amx;
 mod block;
 mod decode;

@@ -330,28 +330,58 @@ unsafe fn exp2_for_bf16(t: __m512) -> __m512 {
     }
 }
 
-/// The online-softmax step of one row of `n` scores `s · scale` (`scale > 0`): updates the
-/// row's max and sum, writes `e^(s · scale - max)` rounded to bf16 (nearest even) into `p`,
-/// returns the factor for the row's output.
+/// The largest raw score of a row (-inf for an empty one).
 ///
 /// # Safety
-/// The CPU must have AVX-512F and AVX512-BF16.
+/// The CPU must have AVX-512F.
 #[inline(always)]
-unsafe fn softmax_row(scores: &[f32], scale: f32, p: &mut [u16], max: &mut f32, sum: &mut f32) -> f32 {
-    let n = scores.len();
-    assert!(p.len() >= n);
-    let body = n - n % 16;
-    // SAFETY (whole body): 16-lane accesses below `body`; features per the caller.
+unsafe fn raw_max(scores: &[f32]) -> f32 {
+    let body = scores.len() - scores.len() % 16;
+    // SAFETY: 16-lane loads below `body`; features per the caller.
     unsafe {
         let mut lanes = F32x16::splat(f32::NEG_INFINITY);
         for c in (0..body).step_by(16) {
             lanes = lanes.max(F32x16::load(scores.as_ptr().add(c)));
         }
-        // A positive scale keeps the order of the scores, so the max scales with them.
-        let tile_max = scores[body..].iter().fold(_mm512_reduce_max_ps(lanes.0), |m, &x| m.max(x)) * scale;
-        let new_max = max.max(tile_max);
-        // A row that has seen no key yet keeps max -inf; shifting by 0 then gives e^-inf = 0.
-        let shift = if new_max == f32::NEG_INFINITY { 0.0 } else { new_max };
+        scores[body..].iter().fold(_mm512_reduce_max_ps(lanes.0), |m, &x| m.max(x))
+    }
+}
+
+/// Moves the running maxima of 16 rows to cover their tile's raw maxima `raw` times `scale`
+/// (positive, so the max scales with the scores). Returns each row's shift, its new max (0 for a
+/// row that has seen no key: e^-inf is then 0), and the factor `e^(old max - shift)` for its
+/// output and sum. Done for 16 rows at once, where a row at a time cost a scalar `exp` each.
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[inline(always)]
+unsafe fn move_maxima(max: &mut [f32], raw: &[f32; 16], scale: f32) -> ([f32; 16], [f32; 16]) {
+    assert!(max.len() >= 16);
+    let (mut shifts, mut factors) = ([0.0f32; 16], [0.0f32; 16]);
+    // SAFETY: 16 lanes of `max` (asserted), `raw` and the arrays; features per the caller.
+    unsafe {
+        let old = F32x16::load(max.as_ptr());
+        let new = old.max(F32x16(_mm512_mul_ps(F32x16::load(raw.as_ptr()).0, _mm512_set1_ps(scale))));
+        let shift = new.neg_inf_to_zero();
+        new.store(max.as_mut_ptr());
+        shift.store(shifts.as_mut_ptr());
+        old.sub(shift).exp().store(factors.as_mut_ptr());
+    }
+    (shifts, factors)
+}
+
+/// Writes `e^(s · scale - shift)` of a row's raw scores `s`, rounded to bf16 (nearest even), into
+/// `p`, and returns their f32 sum.
+///
+/// # Safety
+/// The CPU must have AVX-512F and AVX512-BF16.
+#[inline(always)]
+unsafe fn exp_row(scores: &[f32], scale: f32, shift: f32, p: &mut [u16]) -> f32 {
+    let n = scores.len();
+    assert!(p.len() >= n);
+    let body = n - n % 16;
+    // SAFETY (whole body): 16-lane accesses below `body`; features per the caller.
+    unsafe {
         // e^(s·scale - shift) = 2^(s·scale·log2 e - shift·log2 e): one FMA from the raw score.
         let (scale_lanes, shift_lanes) = (F32x16::splat(scale * LOG2_E), F32x16::splat(-shift * LOG2_E));
         let mut total = F32x16::splat(0.0);
@@ -368,10 +398,7 @@ unsafe fn softmax_row(scores: &[f32], scale: f32, p: &mut [u16], max: &mut f32, 
             tail += e;
             p[c] = bf16::from_f32(e).to_bits();
         }
-        let correction = exp_scalar(*max - shift);
-        *sum = *sum * correction + (_mm512_reduce_add_ps(total.0) + tail);
-        *max = new_max;
-        correction
+        _mm512_reduce_add_ps(total.0) + tail
     }
 }
 
@@ -430,14 +457,30 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
         reset(&mut s.p_rows, rows32 * n32, 0);
         // This tile's V rows, for the pairs below.
         let mut v_ahead = Ahead::new(inp, Kv::V, Some(at), 1, rows);
-        for r in 0..rows {
-            v_ahead.step();
-            let scores = &s.scores_t[r * BLOCK_N..][..if staircase { s.key_ends[r] } else { n }];
-            // SAFETY: AVX-512F and AVX512-BF16 per the caller.
-            let correction = unsafe { softmax_row(scores, scale, &mut s.p_rows[r * n32..][..n], &mut s.row_max[r], &mut s.row_sum[r]) };
-            if correction != 1.0 {
-                s.acc_rows[r * d32..][..d].iter_mut().for_each(|x| *x *= correction);
+        // The online softmax, 16 rows at a time (rows is a multiple of 8; the state arrays hold
+        // rows32 >= r0 + 16, and rows past `rows` keep max -inf and sum 0).
+        let row_keys = |r: usize| r * BLOCK_N..r * BLOCK_N + if staircase { s.key_ends[r] } else { n };
+        for r0 in (0..rows).step_by(16) {
+            let live = 16.min(rows - r0);
+            let mut raw = [f32::NEG_INFINITY; 16];
+            for (i, m) in raw.iter_mut().enumerate().take(live) {
+                v_ahead.step();
+                // SAFETY: AVX-512F per the caller.
+                *m = unsafe { raw_max(&s.scores_t[row_keys(r0 + i)]) };
             }
+            // SAFETY: as above.
+            let (shifts, factors) = unsafe { move_maxima(&mut s.row_max[r0..], &raw, scale) };
+            let mut sums = [0.0f32; 16];
+            for (i, sum) in sums.iter_mut().enumerate().take(live) {
+                let r = r0 + i;
+                // SAFETY: AVX-512F and AVX512-BF16 per the caller.
+                *sum = unsafe { exp_row(&s.scores_t[row_keys(r)], scale, shifts[i], &mut s.p_rows[r * n32..][..n]) };
+                if factors[i] != 1.0 {
+                    s.acc_rows[r * d32..][..d].iter_mut().for_each(|x| *x *= factors[i]);
+                }
+            }
+            let row_sum = &mut s.row_sum[r0..r0 + 16];
+            row_sum.iter_mut().zip(factors.iter().zip(&sums)).for_each(|(total, (f, t))| *total = *total * f + t);
         }
 
         // V as pairs along the keys: v_pairs[(q * d32 + c) * 2 + {0, 1}] = V[2q + {0, 1}][c].

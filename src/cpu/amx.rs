@@ -13,7 +13,7 @@
 
 use super::ahead::Ahead;
 use super::gemm::Alongside;
-use super::block::{prepare_rows, reset, tile_end, BlockId, Inputs, Kv, Scratch, TileAt, BLOCK_N};
+use super::block::{prepare_rows, tile_end, BlockId, Inputs, Kv, Scratch, TileAt, BLOCK_N};
 use super::simd::{exp_scalar, F32x16, Vector};
 use half::bf16;
 use std::arch::asm;
@@ -413,12 +413,12 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
     let (d, seq, rows) = (call.head_dim, call.seqs.get(id.b), id.rows(call));
     let (rows32, d32) = (rows.next_multiple_of(32), d.next_multiple_of(32));
 
-    reset(&mut s.q_pairs, rows32 * d32, 0);
+    s.q_pairs.reset(rows32 * d32, 0);
     let logits = prepare_rows(inp, id, |r, row| s.q_pairs[r * d32..][..d].copy_from_slice(bits(row)));
-    reset(&mut s.acc_rows, rows32 * d32, 0.0);
-    reset(&mut s.row_max, rows32, f32::NEG_INFINITY);
-    reset(&mut s.row_sum, rows32, 0.0);
-    reset(&mut s.scores_t, rows32 * BLOCK_N, 0.0);
+    s.acc_rows.reset(rows32 * d32, 0.0);
+    s.row_max.reset(rows32, f32::NEG_INFINITY);
+    s.row_sum.reset(rows32, 0.0);
+    s.scores_t.reset(rows32 * BLOCK_N, 0.0);
 
     // SAFETY: loads the tile configuration (a valid palette-1 layout) for this thread.
     unsafe { asm!("ldtilecfg [{}]", in(reg) &TILES, options(nostack, readonly, preserves_flags)) };
@@ -433,7 +433,7 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
         // softmax skip what lies beyond.
         let staircase = logits.ranges.key_ends(j0, n, &mut s.key_ends);
 
-        reset(&mut s.k_pairs, d32 * n32, 0);
+        s.k_pairs.reset(d32 * n32, 0);
         let (k_rows, k_stride, _) = inp.source_rows(Kv::K, at, 1);
         // SAFETY: AVX-512F per the caller.
         unsafe { pack_keys(bits(k_rows), k_stride, n, d, n32, &mut s.k_pairs) };
@@ -454,7 +454,7 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
         let scale = if fused_scale { call.softmax_scale } else { 1.0 };
         logits.apply(&mut s.scores_t, 1, BLOCK_N, rows, j0, n);
 
-        reset(&mut s.p_rows, rows32 * n32, 0);
+        s.p_rows.reset(rows32 * n32, 0);
         // This tile's V rows, for the pairs below.
         let mut v_ahead = Ahead::new(inp, Kv::V, Some(at), 1, rows);
         // The online softmax, 16 rows at a time (rows is a multiple of 8; the state arrays hold
@@ -484,7 +484,7 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
         }
 
         // V as pairs along the keys: v_pairs[(q * d32 + c) * 2 + {0, 1}] = V[2q + {0, 1}][c].
-        reset(&mut s.v_pairs, n32 * d32, 0);
+        s.v_pairs.reset(n32 * d32, 0);
         let (v_rows, v_stride, _) = inp.source_rows(Kv::V, at, 1);
         let v_rows = bits(v_rows);
         for q in 0..n.div_ceil(2) {
@@ -506,7 +506,7 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
     // SAFETY: releases this thread's tile state (configured above).
     unsafe { asm!("tilerelease", options(nostack, nomem, preserves_flags)) };
     // The output rows in the layout the writer reads (rows × d).
-    reset(&mut s.acc, rows * d, 0.0);
+    s.acc.reset(rows * d, 0.0);
     for r in 0..rows {
         s.acc[r * d..][..d].copy_from_slice(&s.acc_rows[r * d32..][..d]);
     }

@@ -10,7 +10,7 @@
 use super::decode::{restore_order, STREAM_MAX_ROWS, STREAM_TILE_KEYS};
 use super::element::Element;
 use super::gemm::Blocking;
-use super::lines::{Lines, Plain};
+use super::lines::Lines;
 use super::mask::{Logits, RowRanges};
 use super::simd::Vector;
 use crate::params::AttnCall;
@@ -116,10 +116,6 @@ pub struct Scratch {
 pub fn spread_stride(n: usize) -> usize {
     let lines = n.div_ceil(16);
     (lines | 1) * 16
-}
-
-pub fn reset<E: Plain>(buf: &mut Lines<E>, len: usize, value: E) {
-    buf.reset(len, value);
 }
 
 #[derive(Clone, Copy)]
@@ -232,11 +228,11 @@ pub unsafe fn run<T: Element, P: Products<T>>(inp: &Inputs<'_, T>, id: BlockId, 
     });
     P::finish_queries(s, d, ld, rows, by_rows);
 
-    reset(&mut s.acc, rows * d, 0.0);
-    reset(&mut s.row_max, ld, f32::NEG_INFINITY);
-    reset(&mut s.row_sum, ld, 0.0);
-    reset(&mut s.correction, ld, 1.0);
-    reset(&mut s.scores_t, BLOCK_N * ld, 0.0);
+    s.acc.reset(rows * d, 0.0);
+    s.row_max.reset(ld, f32::NEG_INFINITY);
+    s.row_sum.reset(ld, 0.0);
+    s.correction.reset(ld, 1.0);
+    s.scores_t.reset(BLOCK_N * ld, 0.0);
 
     // Few rows per k/v head: each k/v row is used a few times only, and f32 rows are read in
     // place; their strides hurt only panels that many rows reuse, which a copy fixes. (Blocks

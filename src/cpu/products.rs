@@ -76,7 +76,7 @@ impl<T: Element, K: Blocking> Products<T> for F32<K> {
         if by_rows {
             decode::pair_slots::<T>(d, K::V::LANES, &mut s.q_slots);
         }
-        super::block::reset(&mut s.q_rows, d * ld, 0.0);
+        s.q_rows.reset(d * ld, 0.0);
     }
 
     #[inline(always)]

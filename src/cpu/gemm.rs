@@ -132,9 +132,10 @@ fn offset_mut(c: Rows<*mut f32>, cols: usize) -> Rows<*mut f32> {
 /// One column panel (`nv` vectors of `V`) of C, over all rows in chunks of `K::MR`.
 #[inline(always)]
 unsafe fn for_row_chunks<V: Vector, K: Blocking>(m: usize, k: usize, a: Strided, b: Rows<*const f32>, c: Rows<*mut f32>, accumulate: bool, nv: usize, panel: Panel, alongside: &mut impl Alongside) {
+    let short = short_chunks(m, K::MR);
     let mut i = 0;
     while i < m {
-        let rows = K::MR.min(m - i);
+        let rows = if i < short * (K::MR - 1) { K::MR - 1 } else { K::MR.min(m - i) };
         alongside.step();
         if i >= panel.rows_below {
             i += rows;
@@ -153,6 +154,19 @@ unsafe fn for_row_chunks<V: Vector, K: Blocking>(m: usize, k: usize, a: Strided,
             }
         }
         i += rows;
+    }
+}
+
+/// How many row chunks of `mr - 1` rows come first, so that the rest splits into chunks of
+/// `mr`: a last chunk of a few rows would run its multiply-adds at a fraction of the peak (too
+/// few accumulators to cover their latency). m = 128, mr = 6: 4 chunks of 5 and 18 of 6, where
+/// 21 of 6 left one of 2. The chunk count stays `m.div_ceil(mr)`.
+fn short_chunks(m: usize, mr: usize) -> usize {
+    let short = (mr - m % mr) % mr;
+    if short * (mr - 1) <= m {
+        short
+    } else {
+        0
     }
 }
 

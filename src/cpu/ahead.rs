@@ -14,16 +14,18 @@ pub struct Ahead<'a, T> {
     head_stride: usize,
     heads: usize,
     d: usize,
-    /// Rows (key × head) to request, and the next one.
-    count: usize,
-    next: usize,
+    /// Keys of the tile, and the next row to request: key `key`, head `head` (no division per
+    /// row: a step runs between register tiles).
+    keys: usize,
+    key: usize,
+    head: usize,
     per_step: usize,
 }
 
 impl<'a, T: Element> Ahead<'a, T> {
     /// Nothing to bring.
     pub fn none() -> Self {
-        Ahead { rows: &[], row_stride: 0, head_stride: 0, heads: 1, d: 0, count: 0, next: 0, per_step: 0 }
+        Ahead { rows: &[], row_stride: 0, head_stride: 0, heads: 1, d: 0, keys: 0, key: 0, head: 0, per_step: 0 }
     }
 
     /// The `which` rows of the tile at `at` (if any) for `heads` k/v heads, spread over `steps`
@@ -31,20 +33,25 @@ impl<'a, T: Element> Ahead<'a, T> {
     pub fn new(inp: &'a Inputs<'_, T>, which: Kv, at: Option<TileAt>, heads: usize, steps: usize) -> Self {
         let Some(at) = at else { return Self::none() };
         let (rows, row_stride, head_stride) = inp.source_rows(which, at, heads);
-        let count = (at.j1 - at.j0) * heads;
-        let per_step = count.div_ceil(steps.max(1));
-        Ahead { rows, row_stride, head_stride, heads, d: inp.call.head_dim, count, next: 0, per_step }
+        let keys = at.j1 - at.j0;
+        let per_step = (keys * heads).div_ceil(steps.max(1));
+        Ahead { rows, row_stride, head_stride, heads, d: inp.call.head_dim, keys, key: 0, head: 0, per_step }
     }
 }
 
 impl<T> Alongside for Ahead<'_, T> {
     #[inline(always)]
     fn step(&mut self) {
-        let end = (self.next + self.per_step).min(self.count);
-        for i in self.next..end {
-            let (key, head) = (i / self.heads, i % self.heads);
-            prefetch(&self.rows[key * self.row_stride + head * self.head_stride..][..self.d], Level::L2);
+        for _ in 0..self.per_step {
+            if self.key == self.keys {
+                return;
+            }
+            prefetch(&self.rows[self.key * self.row_stride + self.head * self.head_stride..][..self.d], Level::L2);
+            self.head += 1;
+            if self.head == self.heads {
+                self.head = 0;
+                self.key += 1;
+            }
         }
-        self.next = end;
     }
 }

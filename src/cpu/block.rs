@@ -15,8 +15,6 @@ use super::mask::{Logits, RowRanges};
 use super::simd::Vector;
 use crate::params::AttnCall;
 
-/// Rows a block aims for: query positions × the heads of a GQA group.
-pub const BLOCK_ROWS: usize = 128;
 /// Keys per tile.
 pub const BLOCK_N: usize = 128;
 /// Keys per tile in blocks of several k/v heads.

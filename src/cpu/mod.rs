@@ -207,8 +207,8 @@ fn run_all<T: Element>(inp: &Inputs<'_, T>, want_lse: bool) -> Result<(Vec<T>, O
         Vec::new()
     };
     let writer = Writer { call, out: SharedMut(out.as_mut_ptr()), out_len: out.len(), lse: SharedMut(lse.as_mut_ptr()), lse_len: lse.len(), want_lse };
+    let plan = Plan::new(call);
     let isa = Isa::detect().map_err(|e| candle::Error::Msg(format!("flash-attn: {e}")))?;
-    let plan = Plan::new(call, plan::block_rows(isa));
     let work = |item: &Item| -> Option<Partial> {
         SCRATCH.with(|cell| {
             let mut s = cell.borrow_mut();

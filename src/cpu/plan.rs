@@ -1,10 +1,9 @@
-//! How a call is cut into work items: blocks of about [`block_rows`] rows (query positions × the
+//! How a call is cut into work items: blocks of about [`BLOCK_ROWS`] rows (query positions × the
 //! query heads of one k/v head), and for blocks with few rows and many keys (decode), splits of
 //! the keys so that every core gets work. Everything here depends on the shapes only, never on
 //! the thread count, which keeps results bit-identical across thread counts.
 
-use super::block::{BlockId, BLOCK_N};
-use super::simd::Isa;
+use super::block::{BlockId, BLOCK_N, BLOCK_ROWS};
 use crate::params::AttnCall;
 
 /// Blocks with at most this many rows per k/v head (decode: the GQA group of one or a few
@@ -49,27 +48,15 @@ fn visible_keys(call: &AttnCall, block: &BlockId, k_len: usize) -> (usize, usize
     (first.0, last.1.max(first.0))
 }
 
-/// Rows a block aims for (query positions × the heads of a GQA group) with the products of
-/// `isa`. Each K/V tile is copied once per block, and a block's queries are packed once for all
-/// its tiles: more rows spread both thinner. On a Zen 3 core (AVX2, 512 KiB L2) 256 rows made a
-/// one-thread f32 prefill (s=2048) 3% faster than 128, its copies 5.9% -> 3.8% of the time; on
-/// the AVX-512 Xeon, 256 rows measured neither faster nor slower, cell for cell, so it keeps 128.
-pub fn block_rows(isa: Isa) -> usize {
-    match isa {
-        Isa::Avx2 => 256,
-        Isa::Avx512Amx | Isa::Avx512 | Isa::Portable => 128,
-    }
-}
-
 pub struct Plan {
     pub items: Vec<Item>,
     work: usize,
 }
 
 impl Plan {
-    pub fn new(call: &AttnCall, block_rows: usize) -> Plan {
+    pub fn new(call: &AttnCall) -> Plan {
         let g = call.group_size();
-        let positions_per_block = (block_rows / g).max(1);
+        let positions_per_block = (BLOCK_ROWS / g).max(1);
         let mut blocks = Vec::new();
         for (b, seq) in call.seqs.iter().enumerate() {
             for pos0 in (0..seq.q_len).step_by(positions_per_block) {

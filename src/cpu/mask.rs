@@ -56,6 +56,13 @@ impl RowRanges {
         ends.iter().any(|&end| end < n)
     }
 
+    /// True when, in the tile starting at key `j0`, each row hides exactly the keys from its
+    /// [`RowRanges::key_ends`] end on (no window start after `j0`, no prefix range): a softmax
+    /// that stops at the ends needs no mask written.
+    pub fn ends_hide_all(&self, j0: usize) -> bool {
+        self.window.iter().zip(&self.prefix).all(|(&(lo, _), &(plo, phi))| lo <= j0 && plo >= phi)
+    }
+
     #[inline]
     fn allows(&self, r: usize, j: usize) -> bool {
         let (lo, hi) = self.window[r];
@@ -96,9 +103,12 @@ impl Logits {
 
     /// Applies softcap, ALiBi and the mask to a tile of scores whose score of row `r` and key
     /// `j0 + c` sits at `scores[c * key_stride + r * row_stride]` (`n` keys, `rows` rows): the
-    /// transposed layout of the f32 products, or the row layout of the AMX ones.
-    pub fn apply(&self, scores: &mut [f32], key_stride: usize, row_stride: usize, rows: usize, j0: usize, n: usize) {
-        let masked = !self.ranges.covers(j0, j0 + n);
+    /// transposed layout of the f32 products, or the row layout of the AMX ones. `ends_masked`:
+    /// the caller's softmax hides the keys from each row's end on itself
+    /// ([`RowRanges::ends_hide_all`]), so no mask is written.
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply(&self, scores: &mut [f32], key_stride: usize, row_stride: usize, rows: usize, j0: usize, n: usize, ends_masked: bool) {
+        let masked = !ends_masked && !self.ranges.covers(j0, j0 + n);
         let transformed = self.transforms();
         if !transformed && !masked {
             return;

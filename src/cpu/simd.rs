@@ -98,6 +98,8 @@ pub trait Vector: Copy {
     }
     /// Lanes equal to -inf become 0: the shift of a row that has seen no key yet.
     unsafe fn neg_inf_to_zero(self) -> Self;
+    /// Lanes whose `end` is at most `key` become -inf: a key past the row's visible ones.
+    unsafe fn hide_from(self, key: f32, end: Self) -> Self;
     /// `e^x` per lane for `x <= 88`, [`exp_scalar`]'s algorithm: exactly 0 below about -87.7
     /// (so -inf gives 0).
     unsafe fn exp(self) -> Self;
@@ -204,6 +206,10 @@ impl Vector for Portable8 {
         self.0.iter().sum()
     }
     #[inline(always)]
+    unsafe fn hide_from(self, key: f32, end: Self) -> Self {
+        self.zip(end, |x, e| if e <= key { f32::NEG_INFINITY } else { x })
+    }
+    #[inline(always)]
     unsafe fn neg_inf_to_zero(self) -> Self {
         self.map(|x| if x == f32::NEG_INFINITY { 0.0 } else { x })
     }
@@ -298,6 +304,11 @@ mod x86 {
             _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps::<1>(s, s)))
         }
         #[inline(always)]
+        unsafe fn hide_from(self, key: f32, end: Self) -> Self {
+            let hidden = _mm256_cmp_ps::<_CMP_LE_OQ>(end.0, _mm256_set1_ps(key));
+            F32x8(_mm256_blendv_ps(self.0, _mm256_set1_ps(f32::NEG_INFINITY), hidden))
+        }
+        #[inline(always)]
         unsafe fn neg_inf_to_zero(self) -> Self {
             let is_neg_inf = _mm256_cmp_ps::<_CMP_EQ_OQ>(self.0, _mm256_set1_ps(f32::NEG_INFINITY));
             F32x8(_mm256_andnot_ps(is_neg_inf, self.0))
@@ -383,6 +394,11 @@ mod x86 {
             // Each vector's two 256-bit halves added, then the 8-lane reduction. (No
             // `array::map`: it is not inlined, and its closure would not get the CPU features.)
             F32x8::sum_lanes4([v[0].halves_added(), v[1].halves_added(), v[2].halves_added(), v[3].halves_added()])
+        }
+        #[inline(always)]
+        unsafe fn hide_from(self, key: f32, end: Self) -> Self {
+            let hidden = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(end.0, _mm512_set1_ps(key));
+            F32x16(_mm512_mask_mov_ps(self.0, hidden, _mm512_set1_ps(f32::NEG_INFINITY)))
         }
         #[inline(always)]
         unsafe fn neg_inf_to_zero(self) -> Self {

@@ -100,6 +100,18 @@ pub trait Vector: Copy {
     unsafe fn neg_inf_to_zero(self) -> Self;
     /// Lanes whose `end` is at most `key` become -inf: a key past the row's visible ones.
     unsafe fn hide_from(self, key: f32, end: Self) -> Self;
+    /// The transpose of an 8 × 8 block given as eight rows (vectors of 8 lanes only): lane `j` of
+    /// row `i` becomes lane `i` of row `j`.
+    #[inline(always)]
+    unsafe fn transpose8(rows: [Self; 8]) -> [Self; 8] {
+        assert_eq!(Self::LANES, 8);
+        let mut block = [0.0f32; 64];
+        // SAFETY: each row stores 8 lanes into its own 8 of the 64 elements, and each load reads 8.
+        unsafe {
+            rows.iter().enumerate().for_each(|(i, row)| row.store(block.as_mut_ptr().add(8 * i)));
+            std::array::from_fn(|j| Self::load(std::array::from_fn::<f32, 8, _>(|i| block[8 * i + j]).as_ptr()))
+        }
+    }
     /// `e^x` per lane for `x <= 88`, [`exp_scalar`]'s algorithm: exactly 0 below about -87.7
     /// (so -inf gives 0).
     unsafe fn exp(self) -> Self;
@@ -304,6 +316,27 @@ mod x86 {
             _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps::<1>(s, s)))
         }
         #[inline(always)]
+        unsafe fn transpose8(rows: [Self; 8]) -> [Self; 8] {
+            let r = rows.map(|row| row.0);
+            // Pairs of rows interleaved, then pairs of pairs, then the 128-bit halves swapped.
+            let low: [__m256; 4] = std::array::from_fn(|i| _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]));
+            let high: [__m256; 4] = std::array::from_fn(|i| _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]));
+            let quads = [
+                _mm256_shuffle_ps::<0x44>(low[0], low[1]),
+                _mm256_shuffle_ps::<0xEE>(low[0], low[1]),
+                _mm256_shuffle_ps::<0x44>(high[0], high[1]),
+                _mm256_shuffle_ps::<0xEE>(high[0], high[1]),
+                _mm256_shuffle_ps::<0x44>(low[2], low[3]),
+                _mm256_shuffle_ps::<0xEE>(low[2], low[3]),
+                _mm256_shuffle_ps::<0x44>(high[2], high[3]),
+                _mm256_shuffle_ps::<0xEE>(high[2], high[3]),
+            ];
+            std::array::from_fn(|j| {
+                let (a, b) = (quads[j % 4], quads[4 + j % 4]);
+                F32x8(if j < 4 { _mm256_permute2f128_ps::<0x20>(a, b) } else { _mm256_permute2f128_ps::<0x31>(a, b) })
+            })
+        }
+        #[inline(always)]
         unsafe fn hide_from(self, key: f32, end: Self) -> Self {
             let hidden = _mm256_cmp_ps::<_CMP_LE_OQ>(end.0, _mm256_set1_ps(key));
             F32x8(_mm256_blendv_ps(self.0, _mm256_set1_ps(f32::NEG_INFINITY), hidden))
@@ -474,8 +507,32 @@ mod tests {
         }
     }
 
+    /// An 8 × 8 transpose of random values moves lane `j` of row `i` to lane `i` of row `j`.
+    fn transpose8_transposes<V: Vector>() {
+        let seed: u64 = rand::random();
+        let mut state = seed | 1;
+        let values: Vec<f32> = (0..64)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state % 1000) as f32 - 500.0
+            })
+            .collect();
+        let mut out = [0.0f32; 64];
+        // SAFETY: the caller checked V's CPU features; every load and store stays in its 64.
+        unsafe {
+            let rows = std::array::from_fn(|i| V::load(values.as_ptr().add(8 * i)));
+            V::transpose8(rows).iter().enumerate().for_each(|(j, row)| row.store(out.as_mut_ptr().add(8 * j)));
+        }
+        for (i, j) in (0..8).flat_map(|i| (0..8).map(move |j| (i, j))) {
+            assert_eq!(out[8 * j + i], values[8 * i + j], "seed {seed}: row {i}, lane {j}");
+        }
+    }
+
     #[test]
     fn every_vector_type_agrees_with_the_scalar_exp_and_sums() {
+        transpose8_transposes::<Portable8>();
         vector_exp_is_lane_wise::<Portable8>();
         four_sums_match_lane_sums::<Portable8>();
         #[cfg(target_arch = "x86_64")]
@@ -483,6 +540,7 @@ mod tests {
             if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
                 vector_exp_is_lane_wise::<F32x8>();
                 four_sums_match_lane_sums::<F32x8>();
+                transpose8_transposes::<F32x8>();
             }
             if std::is_x86_feature_detected!("avx512f") {
                 vector_exp_is_lane_wise::<F32x16>();

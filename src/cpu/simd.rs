@@ -509,16 +509,10 @@ mod tests {
 
     /// An 8 × 8 transpose of random values moves lane `j` of row `i` to lane `i` of row `j`.
     fn transpose8_transposes<V: Vector>() {
+        use rand::{Rng, SeedableRng};
         let seed: u64 = rand::random();
-        let mut state = seed | 1;
-        let values: Vec<f32> = (0..64)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (state % 1000) as f32 - 500.0
-            })
-            .collect();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let values: Vec<f32> = (0..64).map(|_| rng.gen_range(-500.0..500.0)).collect();
         let mut out = [0.0f32; 64];
         // SAFETY: the caller checked V's CPU features; every load and store stays in its 64.
         unsafe {

@@ -5,10 +5,24 @@ use super::simd::Vector;
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
-pub trait Element: Copy + Send + Sync + 'static {
+/// Plain data whose all-zero bit pattern is the value +0 (a buffer from the allocator's zeroed
+/// pages is then a buffer of zeros).
+///
+/// # Safety
+/// Every bit pattern of an implementor must be a valid value, and all-zero bits must be +0.
+pub unsafe trait ZeroBits {}
+
+// SAFETY: IEEE binary32 and binary16 and bfloat16: every bit pattern is a value, and all-zero
+// bits are +0.
+unsafe impl ZeroBits for f32 {}
+// SAFETY: as above.
+unsafe impl ZeroBits for f16 {}
+// SAFETY: as above.
+unsafe impl ZeroBits for bf16 {}
+
+pub trait Element: Copy + Send + Sync + ZeroBits + 'static {
     /// True for f32, whose K/V rows the products can read in place.
     const IS_F32: bool;
-    fn from_f32(x: f32) -> Self;
     /// `src` widened into `dst` (of equal length), vectorized where the CPU allows.
     fn to_f32_slice(src: &[Self], dst: &mut [f32]);
     /// `src` rounded (to nearest even) into `dst` (of equal length), vectorized where the CPU
@@ -41,10 +55,6 @@ pub trait Element: Copy + Send + Sync + 'static {
 impl Element for f32 {
     const IS_F32: bool = true;
     const PAIRS_BY_PARITY: bool = false;
-    #[inline(always)]
-    fn from_f32(x: f32) -> Self {
-        x
-    }
     fn to_f32_slice(src: &[Self], dst: &mut [f32]) {
         dst.copy_from_slice(src);
     }
@@ -61,10 +71,6 @@ impl Element for f32 {
 impl Element for f16 {
     const IS_F32: bool = false;
     const PAIRS_BY_PARITY: bool = false;
-    #[inline(always)]
-    fn from_f32(x: f32) -> Self {
-        f16::from_f32(x)
-    }
     fn to_f32_slice(src: &[Self], dst: &mut [f32]) {
         src.convert_to_f32_slice(dst);
     }
@@ -81,10 +87,6 @@ impl Element for f16 {
 impl Element for bf16 {
     const IS_F32: bool = false;
     const PAIRS_BY_PARITY: bool = true;
-    #[inline(always)]
-    fn from_f32(x: f32) -> Self {
-        bf16::from_f32(x)
-    }
     fn to_f32_slice(src: &[Self], dst: &mut [f32]) {
         src.convert_to_f32_slice(dst);
     }

@@ -5,8 +5,8 @@ use super::simd::Vector;
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
-/// Plain data whose all-zero bit pattern is the value +0 (a buffer from the allocator's zeroed
-/// pages is then a buffer of zeros).
+/// Plain data whose all-zero bit pattern is the value +0: zeroing a buffer's bytes makes a
+/// buffer of zeros.
 ///
 /// # Safety
 /// Every bit pattern of an implementor must be a valid value, and all-zero bits must be +0.

@@ -87,13 +87,11 @@ impl<T> SharedMut<T> {
     }
 }
 
-/// `len` copies of `value`, or an `Err` when the memory cannot be had: an output too large to
-/// allocate (a broadcast q of 2^37 rows, say) must not abort the process.
-/// `len` zeros, written by the pool's threads in chunks, where a fill on the calling thread held
-/// every worker back (at 16 threads, bf16, s=1024, the Xeon's workers spent only 56-70% of the
-/// call inside blocks). Xeon, 16 threads, non-causal, min of 5-8 interleaved rounds: bf16
-/// s=1024 2.89 -> 2.44 ms, f32 s=1024 7.54 -> 6.67, f32 s=4096 117 -> 102; 2 threads unchanged
-/// within the box's noise.
+/// `len` zeros, or an `Err` as for [`filled`]; written by the pool's threads in chunks, where a
+/// fill on the calling thread held every worker back (at 16 threads, bf16, s=1024, the Xeon's
+/// workers spent only 56-70% of the call inside blocks). Xeon, 16 threads, non-causal, min of
+/// 5-8 interleaved rounds: bf16 s=1024 2.89 -> 2.44 ms, f32 s=1024 7.54 -> 6.67, f32 s=4096
+/// 117 -> 102; 2 threads unchanged within the box's noise.
 fn zeros<T: ZeroBits + Send>(len: Option<usize>, what: &str) -> Result<Vec<T>> {
     /// Elements per chunk: 256 KiB of f32.
     const CHUNK: usize = 1 << 16;
@@ -117,6 +115,8 @@ fn zeros<T: ZeroBits + Send>(len: Option<usize>, what: &str) -> Result<Vec<T>> {
     Ok(v)
 }
 
+/// `len` copies of `value`, or an `Err` when the memory cannot be had: an output too large to
+/// allocate (a broadcast q of 2^37 rows, say) must not abort the process.
 fn filled<T: Clone>(len: Option<usize>, value: T, what: &str) -> Result<Vec<T>> {
     let len = len.ok_or_else(|| candle::Error::Msg(format!("flash-attn: the {what} size overflows usize")))?;
     let mut v = Vec::new();

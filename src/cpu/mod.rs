@@ -95,10 +95,7 @@ impl<T> SharedMut<T> {
 fn zeros<T: ZeroBits + Send>(len: Option<usize>, what: &str) -> Result<Vec<T>> {
     /// Elements per chunk: 256 KiB of f32.
     const CHUNK: usize = 1 << 16;
-    let len = len.ok_or_else(|| candle::Error::Msg(format!("flash-attn: the {what} size overflows usize")))?;
-    let mut v = Vec::new();
-    v.try_reserve_exact(len)
-        .map_err(|e| candle::Error::Msg(format!("flash-attn: cannot allocate the {what} ({len} elements): {e}")))?;
+    let (mut v, len) = reserved::<T>(len, what)?;
     let zero = |chunk: &mut [std::mem::MaybeUninit<T>]| {
         // SAFETY: the chunk is `chunk.len()` elements of spare capacity; all-zero bytes are a
         // valid T (`ZeroBits`).
@@ -115,13 +112,19 @@ fn zeros<T: ZeroBits + Send>(len: Option<usize>, what: &str) -> Result<Vec<T>> {
     Ok(v)
 }
 
-/// `len` copies of `value`, or an `Err` when the memory cannot be had: an output too large to
-/// allocate (a broadcast q of 2^37 rows, say) must not abort the process.
-fn filled<T: Clone>(len: Option<usize>, value: T, what: &str) -> Result<Vec<T>> {
+/// An empty vector with room for `len` elements (`None`: the size overflowed), and `len`.
+fn reserved<T>(len: Option<usize>, what: &str) -> Result<(Vec<T>, usize)> {
     let len = len.ok_or_else(|| candle::Error::Msg(format!("flash-attn: the {what} size overflows usize")))?;
     let mut v = Vec::new();
     v.try_reserve_exact(len)
         .map_err(|e| candle::Error::Msg(format!("flash-attn: cannot allocate the {what} ({len} elements): {e}")))?;
+    Ok((v, len))
+}
+
+/// `len` copies of `value`, or an `Err` when the memory cannot be had: an output too large to
+/// allocate (a broadcast q of 2^37 rows, say) must not abort the process.
+fn filled<T: Clone>(len: Option<usize>, value: T, what: &str) -> Result<Vec<T>> {
+    let (mut v, len) = reserved::<T>(len, what)?;
     v.resize(len, value);
     Ok(v)
 }

@@ -88,7 +88,7 @@ def prefill(args, threads):
 
 
 def decode(args, threads):
-    read = max(best_of(args.rounds, {"read": lambda: float(ours(args.bin, threads, "machine")["read_gbs"])})["read"])
+    read = max(float(ours(args.bin, threads, "machine")["read_gbs"]) for _ in range(args.rounds))
     print(f"\n### Decode, {threads} threads (s_q=1, GQA 32/8, d={DIM}, b=1; ours best of {args.rounds} rounds; "
           f"read bandwidth {read:.1f} GB/s, the best of as many)\n")
     print("| dtype | s_k | ours ms | naive ms | ours K/V GB/s | of read BW |\n|---|---|---|---|---|---|")
@@ -96,14 +96,14 @@ def decode(args, threads):
         for s in map(int, args.decode.split(",")):
             common = ("decode", "--dtype", name, "--seq", s, "--runs", args.runs)
             naive = float(ours(args.bin, threads, *common)["naive_ms"])
-            runs = best_of(args.rounds, {"ours": lambda: ours(args.bin, threads, *common, "--naive", 0)})["ours"]
+            runs = [ours(args.bin, threads, *common, "--naive", 0) for _ in range(args.rounds)]
             best = min(runs, key=lambda r: float(r["ours_ms"]))
             gbs = float(best["kv_gbs"])
             print(f"| {name} | {s} | {float(best['ours_ms']):.3f} | {naive:.3f} | {gbs:.1f} | {gbs / read:.2f} |", flush=True)
 
 
 def peak(args):
-    machine = best_of(args.rounds, {"machine": lambda: ours(args.bin, 1, "machine")})["machine"]
+    machine = [ours(args.bin, 1, "machine") for _ in range(args.rounds)]
     gflops, isa = max(float(m["fma_peak_gflops_1t"]) for m in machine), machine[0]["isa"]
     print(f"\n### One thread against the FMA peak ({isa}: {gflops:.1f} GFLOP/s, the best of {args.rounds}; "
           f"ours best of {args.rounds} rounds)\n")

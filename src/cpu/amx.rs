@@ -452,8 +452,9 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
             }
         }
         let scale = if fused_scale { call.softmax_scale } else { 1.0 };
-        // The softmax below reads each row only up to its end on a causal diagonal.
-        logits.apply(&mut s.scores_t, 1, BLOCK_N, rows, j0, n, staircase && logits.ranges.ends_hide_all(j0));
+        // The softmax below reads each row only up to its end on a staircase tile, so it need
+        // not know whether `apply` left those ends unmasked.
+        logits.apply(&mut s.scores_t, 1, BLOCK_N, rows, j0, n, staircase);
 
         s.p_rows.reset(rows32 * n32, 0);
         // This tile's V rows, for the pairs below.

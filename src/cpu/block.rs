@@ -273,8 +273,7 @@ pub unsafe fn run<T: Element, P: Products<T>>(inp: &Inputs<'_, T>, id: BlockId, 
             P::scores(inp, s, &tile);
             // A causal diagonal: the softmax hides the keys past each row's end itself (scalar
             // stores of -inf a row stride apart cost 1.1% of a one-thread causal prefill).
-            let ends_masked = staircase && logits.ranges.ends_hide_all(j0);
-            logits.apply(&mut s.scores_t, ld, 1, rows, j0, j1 - j0, ends_masked);
+            let ends_masked = logits.apply(&mut s.scores_t, ld, 1, rows, j0, j1 - j0, staircase);
             let ends = ends_masked.then_some(s.key_ends.as_slice());
             softmax_tile::<P::K>(&mut s.scores_t, j1 - j0, rows, ld, ends, &mut s.row_max, &mut s.row_sum, &mut s.correction);
             for (r, &c) in s.correction[..rows].iter().enumerate() {

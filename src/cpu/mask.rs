@@ -59,7 +59,7 @@ impl RowRanges {
     /// True when, in the tile starting at key `j0`, each row hides exactly the keys from its
     /// [`RowRanges::key_ends`] end on (no window start after `j0`, no prefix range): a softmax
     /// that stops at the ends needs no mask written.
-    pub fn ends_hide_all(&self, j0: usize) -> bool {
+    fn ends_hide_all(&self, j0: usize) -> bool {
         self.window.iter().zip(&self.prefix).all(|(&(lo, _), &(plo, phi))| lo <= j0 && plo >= phi)
     }
 
@@ -103,15 +103,17 @@ impl Logits {
 
     /// Applies softcap, ALiBi and the mask to a tile of scores whose score of row `r` and key
     /// `j0 + c` sits at `scores[c * key_stride + r * row_stride]` (`n` keys, `rows` rows): the
-    /// transposed layout of the f32 products, or the row layout of the AMX ones. `ends_masked`:
-    /// the caller's softmax hides the keys from each row's end on itself
-    /// ([`RowRanges::ends_hide_all`]), so no mask is written.
+    /// transposed layout of the f32 products, or the row layout of the AMX ones. `staircase`:
+    /// some rows see only the tile's first keys ([`RowRanges::key_ends`]). Returns true when
+    /// those ends are the whole mask ([`RowRanges::ends_hide_all`]): then no mask is written, and
+    /// the caller's softmax must stop each row at its end.
     #[allow(clippy::too_many_arguments)]
-    pub fn apply(&self, scores: &mut [f32], key_stride: usize, row_stride: usize, rows: usize, j0: usize, n: usize, ends_masked: bool) {
+    pub fn apply(&self, scores: &mut [f32], key_stride: usize, row_stride: usize, rows: usize, j0: usize, n: usize, staircase: bool) -> bool {
+        let ends_masked = staircase && self.ranges.ends_hide_all(j0);
         let masked = !ends_masked && !self.ranges.covers(j0, j0 + n);
         let transformed = self.transforms();
         if !transformed && !masked {
-            return;
+            return ends_masked;
         }
         for r in 0..rows {
             let at = |c: usize| c * key_stride + r * row_stride;
@@ -140,6 +142,7 @@ impl Logits {
                 }
             }
         }
+        ends_masked
     }
 }
 

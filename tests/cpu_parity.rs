@@ -2,19 +2,22 @@
 
 mod common;
 
-use candle::{DType, IndexOp};
-use common::batch::{batch_expected, batch_inputs, BatchCase};
+use candle::{DType, Device, IndexOp, Tensor};
+use common::batch::{batch_expected, batch_inputs, BatchCase, BatchInputs};
 use common::calls::{self, Window, CAUSAL, NONE};
 use common::*;
 use flash_attn_rocm as fa;
 
 fn check(c: &BatchCase, rng: &mut rand::rngs::StdRng) {
-    let x = batch_inputs(c, rng);
+    check_inputs(c, &batch_inputs(c, rng));
+}
+
+fn check_inputs(c: &BatchCase, x: &BatchInputs) {
     let out = calls::batch(&x.q, &x.k, &x.v, x.features(c)).unwrap();
     assert_eq!(out.dims(), x.q.dims());
     assert_eq!(out.dtype(), c.dtype);
     assert!(out.is_contiguous());
-    let exp = batch_expected(c, &x);
+    let exp = batch_expected(c, x);
     let what = format!("{c:?}");
     assert_close(&what, &values(&out), &exp.exact, &exp.naive, c.dtype);
 
@@ -77,6 +80,31 @@ fn long_sequences() {
         };
         check(&c, &mut rng);
     }
+}
+
+/// Logits that grow along the keys, the last ones ~10x the first tile's: rows must move their
+/// softmax shift on later tiles and rescale what they hold (the bf16 AMX kernel keeps a row's
+/// shift while a tile's logits stay within e^5.5 of it, so random logits seldom take that path).
+/// Then a causal call whose first block of 256 rows sees no key at all: those rows come out 0.
+#[test]
+fn logits_rising_along_the_keys_and_rows_before_any_key() {
+    let mut rng = rng("logits_rising_along_the_keys_and_rows_before_any_key");
+    for dtype in DTYPES {
+        let c = BatchCase {
+            b: 1, s_q: 64, s_k: 1000, h: 4, h_k: 2, d: 64, dtype,
+            window: NONE, alibi: false, softcap: None, transposed: false,
+        };
+        let mut x = batch_inputs(&c, &mut rng);
+        let ramp: Vec<f32> = (0..c.s_k).map(|j| 1.0 + j as f32 / 100.0).collect();
+        let ramp = Tensor::from_vec(ramp, (1, c.s_k, 1, 1), &Device::Cpu).unwrap().to_dtype(dtype).unwrap();
+        x.k = x.k.broadcast_mul(&ramp).unwrap();
+        check_inputs(&c, &x);
+    }
+    let c = BatchCase {
+        b: 1, s_q: 600, s_k: 50, h: 2, h_k: 2, d: 64, dtype: DType::BF16,
+        window: CAUSAL, alibi: false, softcap: None, transposed: false,
+    };
+    check(&c, &mut rng);
 }
 
 #[test]

@@ -28,6 +28,7 @@ use simd::Isa;
 
 use rayon::prelude::*;
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Runs `call` on host storages. Returns the output (q's dtype, contiguous in q's shape) and,
 /// when asked, the f32 log-sum-exp laid out as [`AttnCall::lse_dims`].
@@ -258,7 +259,7 @@ fn run_all<T: Element>(inp: &Inputs<'_, T>, want_lse: bool) -> Result<(Vec<T>, O
     let partials: Vec<Option<Partial>> = if plan.is_small() {
         plan.items.iter().map(work).collect()
     } else {
-        plan.items.par_iter().map(work).collect()
+        costliest_first(&plan, work)
     };
     // Splits merge in parallel over row chunks too: a decode call of one sequence is one row
     // set, whose merge would otherwise run on one thread.
@@ -278,6 +279,33 @@ fn run_all<T: Element>(inp: &Inputs<'_, T>, want_lse: bool) -> Result<(Vec<T>, O
         tasks.par_iter().for_each(merge);
     }
     Ok((out, want_lse.then_some(lse)))
+}
+
+/// `work` on every item, on the pool's threads, each taking the costliest item left (greedy
+/// longest-first); the results in item order. A causal call's blocks grow with their position,
+/// and splitting the item list in halves, as `par_iter` does, left the costliest to the end
+/// (at 16 threads, bf16, s=1024, causal, the workers spent 71-74% of the call inside blocks).
+/// Against that, alternating in one process on the Xeon (min of 16 rounds): causal calls at 16
+/// threads 6-14% faster (bf16, f32, f16; s=1024 and 4096), at 2 threads 1-4% by the median;
+/// non-causal calls within 1.2% by the median of 24 rounds.
+fn costliest_first<R: Send>(plan: &Plan, work: impl Fn(&Item) -> R + Sync) -> Vec<R> {
+    let order = plan.costliest_first();
+    let next = AtomicUsize::new(0);
+    let ran: Vec<Vec<(usize, R)>> = (0..rayon::current_num_threads())
+        .into_par_iter()
+        .map(|_| {
+            let mut mine = Vec::new();
+            while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                mine.push((i, work(&plan.items[i])));
+            }
+            mine
+        })
+        .collect();
+    let mut results: Vec<Option<R>> = std::iter::repeat_with(|| None).take(plan.items.len()).collect();
+    for (i, r) in ran.into_iter().flatten() {
+        results[i] = Some(r);
+    }
+    results.into_iter().map(|r| r.expect("every item ran once")).collect()
 }
 
 /// Rows per task of the split merge.

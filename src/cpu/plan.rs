@@ -33,6 +33,8 @@ pub struct Item {
     pub block: BlockId,
     pub split: usize,
     pub splits: usize,
+    /// Its rows times the keys they may see: what the pool orders items by.
+    pub cost: usize,
 }
 
 /// Keys `[lo, hi)` some row of `block` may see through the window: rows further down a sequence
@@ -89,11 +91,19 @@ impl Plan {
             let splits = span.div_ceil(chunk).max(1);
             for split in 0..splits {
                 let keys = if splits == 1 { block.keys } else { (lo + split * chunk, (lo + (split + 1) * chunk).min(hi)) };
-                items.push(Item { block: BlockId { keys, ..block }, split, splits });
+                let cost = rows.saturating_mul(if splits == 1 { span } else { keys.1 - keys.0 });
+                items.push(Item { block: BlockId { keys, ..block }, split, splits, cost });
             }
             work = work.saturating_add(rows.saturating_mul(span).saturating_mul(call.head_dim));
         }
         Plan { items, work }
+    }
+
+    /// The items' indices, costliest first (ties in plan order).
+    pub fn costliest_first(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.items.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(self.items[i].cost));
+        order
     }
 
     /// True when the call is too small to be worth the thread pool.

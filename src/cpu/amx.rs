@@ -394,7 +394,7 @@ const LAZY_SHIFT: f32 = 8.0 * std::f32::consts::LN_2;
 /// Keys per tile, twice the f32 kernel's `BLOCK_N`: the output product loads and stores its f32
 /// accumulators once per 256 keys, and the softmax rescales them as rarely. Against 128, in
 /// one process alternating both 16 times (Xeon, bf16, min): one thread 3-5% faster (s=1024,
-/// 2048, 2048 causal), 2 and 16 threads within the box's noise (-3% to +3.5%).
+/// 2048, 2048 causal), 2 and 16 threads within the box's noise (-3% to +3.6%).
 const TILE_KEYS: usize = 256;
 
 /// Sizes a buffer to `len` elements: zeroed when `padding` will be left unwritten (and must

@@ -79,7 +79,6 @@ impl Plan {
         }
         let max_splits = (TARGET_ITEMS / blocks.len().max(1)).max(1);
         let mut items = Vec::with_capacity(blocks.len());
-        let mut work = 0usize;
         for (block, k_len) in blocks {
             let rows = block.rows(call);
             // Split the keys the block's rows can see, not all of them (a sliding window).
@@ -94,8 +93,9 @@ impl Plan {
                 let cost = rows.saturating_mul(if splits == 1 { span } else { keys.1 - keys.0 });
                 items.push(Item { block: BlockId { keys, ..block }, split, splits, cost });
             }
-            work = work.saturating_add(rows.saturating_mul(span).saturating_mul(call.head_dim));
         }
+        // The items' costs cover each block's visible keys once (its splits partition them).
+        let work = items.iter().fold(0usize, |w, item| w.saturating_add(item.cost)).saturating_mul(call.head_dim);
         Plan { items, work }
     }
 

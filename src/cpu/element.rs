@@ -91,7 +91,15 @@ impl Element for bf16 {
         src.convert_to_f32_slice(dst);
     }
     fn from_f32_slice(src: &[f32], dst: &mut [Self]) {
-        dst.convert_from_f32_slice(src);
+        assert_eq!(src.len(), dst.len());
+        // `half` narrows bf16 one element at a time, with branches; this formula is the same
+        // rounding without them, so the compiler vectorizes it. The writer narrows every output
+        // row: on the Xeon (AMX, bf16, s=1024, 2 and 16 threads) writing took 8% as long as the
+        // blocks; with this, 16-thread calls (s=1024 and 4096) ran 1-3% faster by the minimum
+        // (2 threads: within the box's noise).
+        for (out, &x) in dst.iter_mut().zip(src) {
+            *out = bf16::from_bits(bf16_bits(x));
+        }
     }
     #[inline(always)]
     unsafe fn load<V: Vector>(p: *const Self) -> V {
@@ -108,6 +116,22 @@ impl Element for bf16 {
     }
 }
 
+/// The bits of `x` rounded to bfloat16, to nearest even, as `half::bf16::from_f32` rounds:
+/// adding 0x7FFF plus the kept part's lowest bit carries into it exactly when the dropped half
+/// is above one half, or equal to it with that bit odd. A NaN keeps its sign and top mantissa
+/// bits and becomes quiet.
+#[inline(always)]
+fn bf16_bits(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let rounded = (bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) >> 16) as u16;
+    let quiet_nan = ((bits >> 16) | 0x40) as u16;
+    if bits & 0x7FFF_FFFF > 0x7F80_0000 {
+        quiet_nan
+    } else {
+        rounded
+    }
+}
+
 /// Copies `src` into `dst` as f32, eight lanes at a time (`src.len()` is a multiple of 8: head
 /// dims are).
 ///
@@ -119,5 +143,38 @@ pub unsafe fn widen<T: Element, V: Vector>(src: &[T], dst: &mut [f32]) {
     for (s, d) in src.chunks_exact(V::LANES).zip(dst.chunks_exact_mut(V::LANES)) {
         // SAFETY: both chunks hold V::LANES elements; features per the caller.
         unsafe { T::load::<V>(s.as_ptr()).store(d.as_mut_ptr()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{bf16_bits, Element};
+    use half::bf16;
+    use rand::{Rng, SeedableRng};
+
+    /// The branch-free rounding agrees with `half` bit for bit: on random bit patterns (NaNs,
+    /// infinities and subnormals among them), on values a rounding tie away from a bf16, and
+    /// through the slice conversion.
+    #[test]
+    fn bf16_narrowing_matches_half() {
+        let seed = rand::random();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        for _ in 0..1_000_000 {
+            let x = f32::from_bits(rng.gen());
+            assert_eq!(bf16_bits(x), bf16::from_f32(x).to_bits(), "seed {seed}, bits {:#010x}", x.to_bits());
+        }
+        for _ in 0..100_000 {
+            let tie = f32::from_bits((rng.gen::<u32>() & 0xFFFF_0000) | 0x8000);
+            assert_eq!(bf16_bits(tie), bf16::from_f32(tie).to_bits(), "seed {seed}, tie {:#010x}", tie.to_bits());
+        }
+        let edges = [0.0, -0.0, f32::MAX, f32::MIN, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, f32::MIN_POSITIVE, 1e-45];
+        for x in edges {
+            assert_eq!(bf16_bits(x), bf16::from_f32(x).to_bits(), "{x:e}");
+        }
+        let src: Vec<f32> = (0..1000).map(|_| rng.gen_range(-1e4f32..1e4)).collect();
+        let mut ours = vec![bf16::ZERO; src.len()];
+        bf16::from_f32_slice(&src, &mut ours);
+        let theirs: Vec<bf16> = src.iter().map(|&x| bf16::from_f32(x)).collect();
+        assert_eq!(ours, theirs, "seed {seed}");
     }
 }

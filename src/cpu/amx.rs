@@ -548,7 +548,7 @@ pub unsafe fn run(inp: &Inputs<'_, bf16>, id: BlockId, s: &mut Scratch) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::{Rng, SeedableRng};
+    use rand::Rng;
 
     /// A seed and its generator where the CPU has AVX-512F (these tests run only there);
     /// `None`, saying so, elsewhere.
@@ -557,8 +557,7 @@ mod tests {
             eprintln!("skipped: this CPU has no AVX-512F");
             return None;
         }
-        let seed = rand::random();
-        Some((seed, rand::rngs::StdRng::seed_from_u64(seed)))
+        Some(crate::cpu::testing::seeded())
     }
 
     #[test]

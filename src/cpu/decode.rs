@@ -325,14 +325,14 @@ impl<T: Element> Panel<T> {
 #[cfg(test)]
 mod tests {
     use super::in_one_run;
-    use rand::{Rng, SeedableRng};
+    use crate::cpu::testing::seeded;
+    use rand::Rng;
 
     /// A (b, s, h, d) cache: a tile of every k/v head is one run, a tile of some of them is
     /// not; (b, h, s, d) memory of one head is one run, of two heads is not.
     #[test]
     fn one_run_means_every_head_of_a_key_back_to_back() {
-        let seed = rand::random();
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let (seed, mut rng) = seeded();
         for _ in 0..200 {
             let (d, heads_k) = (8 * rng.gen_range(1..33), rng.gen_range(1..17));
             let heads = rng.gen_range(1..=heads_k);

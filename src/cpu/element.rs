@@ -149,16 +149,16 @@ pub unsafe fn widen<T: Element, V: Vector>(src: &[T], dst: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::{bf16_bits, Element};
+    use crate::cpu::testing::seeded;
     use half::bf16;
-    use rand::{Rng, SeedableRng};
+    use rand::Rng;
 
     /// The branch-free rounding agrees with `half` bit for bit: on random bit patterns (NaNs,
     /// infinities and subnormals among them), on values a rounding tie away from a bf16, and
     /// through the slice conversion.
     #[test]
     fn bf16_narrowing_matches_half() {
-        let seed = rand::random();
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let (seed, mut rng) = seeded();
         for _ in 0..1_000_000 {
             let x = f32::from_bits(rng.gen());
             assert_eq!(bf16_bits(x), bf16::from_f32(x).to_bits(), "seed {seed}, bits {:#010x}", x.to_bits());

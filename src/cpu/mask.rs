@@ -149,14 +149,14 @@ impl Logits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::{Rng, SeedableRng};
+    use crate::cpu::testing::seeded;
+    use rand::Rng;
 
     /// The runs `hidden` yields cover exactly the keys `allows` refuses, each once, for
     /// windows that start, end or lie inside a tile, empty windows and prefix ranges.
     #[test]
     fn hidden_runs_are_the_refused_keys() {
-        let seed = rand::random();
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let (seed, mut rng) = seeded();
         for _ in 0..2000 {
             let mut interval = |empty_odds: f64| {
                 if rng.gen_bool(empty_odds) {

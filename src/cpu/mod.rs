@@ -17,6 +17,8 @@ mod mask;
 mod plan;
 mod products;
 mod simd;
+#[cfg(test)]
+mod testing;
 
 use crate::params::AttnCall;
 use block::{Inputs, Scratch};

@@ -488,30 +488,25 @@ mod tests {
         }
     }
 
+    /// Four vectors of random values sum lane by lane, each into its own result.
     fn four_sums_match_lane_sums<V: Vector>() {
-        let mut seed = 0x9e37_79b9u32;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 17;
-            seed ^= seed << 5;
-            (seed % 2001) as f32 / 100.0 - 10.0
-        };
+        use rand::Rng;
+        let (seed, mut rng) = crate::cpu::testing::seeded();
         for _ in 0..50 {
-            let data: Vec<f32> = (0..4 * V::LANES).map(|_| next()).collect();
+            let data: Vec<f32> = (0..4 * V::LANES).map(|_| rng.gen_range(-10.0..10.0)).collect();
             // SAFETY: the caller checked the CPU features of V; `data` holds 4 × LANES f32s.
             let sums = unsafe { V::sum_lanes4(std::array::from_fn(|i| V::load(data.as_ptr().add(i * V::LANES)))) };
             for (chunk, sum) in data.chunks_exact(V::LANES).zip(sums) {
                 let want: f32 = chunk.iter().sum();
-                assert!((sum - want).abs() <= 1e-4 * (1.0 + want.abs()), "sum {sum}, lane by lane {want}");
+                assert!((sum - want).abs() <= 1e-4 * (1.0 + want.abs()), "seed {seed}: sum {sum}, lane by lane {want}");
             }
         }
     }
 
     /// An 8 × 8 transpose of random values moves lane `j` of row `i` to lane `i` of row `j`.
     fn transpose8_transposes<V: Vector>() {
-        use rand::{Rng, SeedableRng};
-        let seed: u64 = rand::random();
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        use rand::Rng;
+        let (seed, mut rng) = crate::cpu::testing::seeded();
         let values: Vec<f32> = (0..64).map(|_| rng.gen_range(-500.0..500.0)).collect();
         let mut out = [0.0f32; 64];
         // SAFETY: the caller checked V's CPU features; every load and store stays in its 64.

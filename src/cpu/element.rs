@@ -153,9 +153,9 @@ mod tests {
     use half::bf16;
     use rand::Rng;
 
-    /// The branch-free rounding agrees with `half` bit for bit: on random bit patterns (NaNs,
-    /// infinities and subnormals among them), on values a rounding tie away from a bf16, and
-    /// through the slice conversion.
+    /// The branch-free rounding agrees with `half` bit for bit: on random bit patterns (NaNs and
+    /// subnormals among them), on ties (exactly half way between two bf16s), on the edges
+    /// (zeros, infinities, the largest floats), and through the slice conversion.
     #[test]
     fn bf16_narrowing_matches_half() {
         let (seed, mut rng) = seeded();

@@ -85,6 +85,7 @@ pub trait Vector: Copy {
     unsafe fn load_bf16_pair(p: *const u16) -> (Self, Self);
     /// `self * b + c`, fused.
     unsafe fn mul_add(self, b: Self, c: Self) -> Self;
+    unsafe fn mul(self, b: Self) -> Self;
     unsafe fn add(self, b: Self) -> Self;
     unsafe fn sub(self, b: Self) -> Self;
     unsafe fn max(self, b: Self) -> Self;
@@ -112,9 +113,31 @@ pub trait Vector: Copy {
             std::array::from_fn(|j| Self::load(std::array::from_fn::<f32, 8, _>(|i| block[8 * i + j]).as_ptr()))
         }
     }
+    /// Per lane, the float whose exponent field holds the integer in the lane's low mantissa
+    /// bits (as adding `EXP_ROUND` leaves `n + 127` there): `2^n`, or +0 for `n = -127`.
+    unsafe fn exponent_to_power(self) -> Self;
     /// `e^x` per lane for `x <= 88`, [`exp_scalar`]'s algorithm: exactly 0 below about -87.7
-    /// (so -inf gives 0).
-    unsafe fn exp(self) -> Self;
+    /// (so -inf gives 0). The AVX2 and AVX-512 vectors run this body; the portable one maps
+    /// [`exp_scalar`] lane by lane.
+    #[inline(always)]
+    unsafe fn exp(self) -> Self {
+        // SAFETY: lane-wise arithmetic only; the caller has the vector's features.
+        unsafe {
+            let xc = self.max(Self::splat(EXP_FLOOR));
+            let biased = xc.mul(Self::splat(LOG2E)).add(Self::splat(EXP_ROUND));
+            let n = biased.sub(Self::splat(EXP_ROUND));
+            // x - n·ln2 in two steps, each fused: -(n·c) + x is n·(-c) + x exactly.
+            let f = n.mul_add(Self::splat(-LN2_HI), xc);
+            let f = n.mul_add(Self::splat(-LN2_LO), f);
+            // A loop, not a fold: a closure would not inherit the caller's CPU features, and
+            // the intrinsics inside it would become calls.
+            let mut p = Self::splat(EXP_POLY[0]);
+            for &c in &EXP_POLY[1..] {
+                p = p.mul_add(f, Self::splat(c));
+            }
+            p.mul(biased.exponent_to_power())
+        }
+    }
 }
 
 const LOG2E: f32 = std::f32::consts::LOG2_E;
@@ -202,6 +225,14 @@ impl Vector for Portable8 {
         Portable8(std::array::from_fn(|i| self.0[i].mul_add(b.0[i], c.0[i])))
     }
     #[inline(always)]
+    unsafe fn mul(self, b: Self) -> Self {
+        self.zip(b, |x, y| x * y)
+    }
+    #[inline(always)]
+    unsafe fn exponent_to_power(self) -> Self {
+        self.map(|x| f32::from_bits(x.to_bits() << 23))
+    }
+    #[inline(always)]
     unsafe fn add(self, b: Self) -> Self {
         self.zip(b, |x, y| x + y)
     }
@@ -236,7 +267,7 @@ pub use x86::{F32x16, F32x8};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{Vector, EXP_FLOOR, EXP_POLY, EXP_ROUND, LN2_HI, LN2_LO, LOG2E};
+    use super::Vector;
     use std::arch::x86_64::*;
 
     /// Eight lanes in a ymm register (AVX2 + FMA + F16C).
@@ -347,18 +378,12 @@ mod x86 {
             F32x8(_mm256_andnot_ps(is_neg_inf, self.0))
         }
         #[inline(always)]
-        unsafe fn exp(self) -> Self {
-            let xc = _mm256_max_ps(self.0, _mm256_set1_ps(EXP_FLOOR));
-            let biased = _mm256_add_ps(_mm256_mul_ps(xc, _mm256_set1_ps(LOG2E)), _mm256_set1_ps(EXP_ROUND));
-            let n = _mm256_sub_ps(biased, _mm256_set1_ps(EXP_ROUND));
-            let f = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), xc);
-            let f = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), f);
-            let mut p = _mm256_set1_ps(EXP_POLY[0]);
-            for c in &EXP_POLY[1..] {
-                p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(*c));
-            }
-            let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_castps_si256(biased)));
-            F32x8(_mm256_mul_ps(p, scale))
+        unsafe fn mul(self, b: Self) -> Self {
+            F32x8(_mm256_mul_ps(self.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn exponent_to_power(self) -> Self {
+            F32x8(_mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_castps_si256(self.0))))
         }
     }
 
@@ -439,18 +464,12 @@ mod x86 {
             F32x16(_mm512_mask_mov_ps(self.0, is_neg_inf, _mm512_setzero_ps()))
         }
         #[inline(always)]
-        unsafe fn exp(self) -> Self {
-            let xc = _mm512_max_ps(self.0, _mm512_set1_ps(EXP_FLOOR));
-            let biased = _mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(LOG2E)), _mm512_set1_ps(EXP_ROUND));
-            let n = _mm512_sub_ps(biased, _mm512_set1_ps(EXP_ROUND));
-            let f = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), xc);
-            let f = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), f);
-            let mut p = _mm512_set1_ps(EXP_POLY[0]);
-            for c in &EXP_POLY[1..] {
-                p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(*c));
-            }
-            let scale = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_castps_si512(biased)));
-            F32x16(_mm512_mul_ps(p, scale))
+        unsafe fn mul(self, b: Self) -> Self {
+            F32x16(_mm512_mul_ps(self.0, b.0))
+        }
+        #[inline(always)]
+        unsafe fn exponent_to_power(self) -> Self {
+            F32x16(_mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_castps_si512(self.0))))
         }
     }
 }

@@ -28,10 +28,10 @@ fn batch_cases() -> Vec<BatchCase> {
         transposed: false,
     };
     vec![
-        // Decode: 4 rows per k/v head, 2 k/v heads per block, keys split 8 ways.
+        // Decode: 4 rows per k/v head, all 8 k/v heads in one block, keys split 18 ways.
         case(1, 4500, 32, 8, 128, DType::F32, NONE, true, None),
-        // Decode with 5 k/v heads packed 3 + 2, widened from f16, a sliding window that the
-        // splits follow.
+        // Decode with all 5 k/v heads in one block, widened from f16, a sliding window that
+        // the splits follow (20 of them).
         case(1, 8192, 10, 5, 64, DType::F16, (Some(5000), Some(0)), false, None),
         // bf16 decode (pairs of vectors loaded split by parity): 8 rows per k/v head in two
         // register tiles and a head dim whose last 24 columns are no whole pair; 6 rows

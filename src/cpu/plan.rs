@@ -162,14 +162,14 @@ mod tests {
             let call = decode_call(batch, heads_k, group, k_len, d);
             let plan = Plan::new(&call);
             let case = format!("seed {seed}: batch {batch}, {heads_k} k/v heads, group {group}, {k_len} keys");
-            let blocks: Vec<&Item> = plan.items.iter().filter(|item| item.split == 0).collect();
-            let head_cols = group.next_multiple_of(8);
-            for first in &blocks {
+            // Each block's first split, with its index: the block's splits follow it.
+            let blocks: Vec<(usize, &Item)> = plan.items.iter().enumerate().filter(|(_, item)| item.split == 0).collect();
+            let (head_cols, floor) = (group.next_multiple_of(8), |heads: usize| (SPLIT_MIN_KEYS / heads).max(BLOCK_N));
+            for &(at, first) in &blocks {
                 if group <= STREAM_MAX_ROWS {
                     assert_eq!(first.block.heads, (MAX_PACKED_ROWS / head_cols).clamp(1, heads_k).min(heads_k - first.block.hk0), "{case}");
                 }
-                let splits = &plan.items[plan.items.iter().position(|it| std::ptr::eq(it, *first)).unwrap()..][..first.splits];
-                let shortest = (SPLIT_MIN_KEYS / first.block.heads).max(BLOCK_N);
+                let (splits, shortest) = (&plan.items[at..][..first.splits], floor(first.block.heads));
                 let mut end = 0;
                 for (i, split) in splits.iter().enumerate() {
                     let (lo, hi) = if first.splits == 1 { (0, k_len) } else { split.block.keys };
@@ -180,7 +180,7 @@ mod tests {
                 assert_eq!(end, k_len, "{case}: the splits cover every key");
             }
             // Rounding a split up to whole `BLOCK_N` keys can leave up to half the splits asked for.
-            let more_possible = blocks.iter().any(|b| 2 * b.splits < (k_len / (SPLIT_MIN_KEYS / b.block.heads).max(BLOCK_N)).min(TARGET_ITEMS / blocks.len()));
+            let more_possible = blocks.iter().any(|(_, b)| 2 * b.splits < (k_len / floor(b.block.heads)).min(TARGET_ITEMS / blocks.len()));
             assert!(2 * plan.items.len() >= MIN_ITEMS || !more_possible, "{case}: {} items", plan.items.len());
         }
     }

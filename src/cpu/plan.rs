@@ -65,8 +65,13 @@ fn visible_keys(call: &AttnCall, block: &BlockId, k_len: usize) -> (usize, usize
 /// the call has fewer than [`MIN_ITEMS`] items, as long as each split keeps [`SPLIT_MIN_KEYS`]
 /// keys' work of one head and [`BLOCK_N`] keys. One head splits by keys alone.
 fn split_count(span: usize, heads: usize, blocks: usize) -> usize {
-    let shortest = (SPLIT_MIN_KEYS / heads.max(1)).max(BLOCK_N);
-    (span / SPLIT_MIN_KEYS).max(MIN_ITEMS.div_ceil(blocks.max(1))).min(span / shortest)
+    (span / SPLIT_MIN_KEYS).max(MIN_ITEMS.div_ceil(blocks.max(1))).min(span / shortest_split(heads))
+}
+
+/// The fewest keys [`split_count`] leaves a split of a block of `heads` k/v heads:
+/// [`SPLIT_MIN_KEYS`] keys' work of one head, and at least [`BLOCK_N`] keys.
+fn shortest_split(heads: usize) -> usize {
+    (SPLIT_MIN_KEYS / heads.max(1)).max(BLOCK_N)
 }
 
 pub struct Plan {
@@ -151,7 +156,7 @@ mod tests {
 
     /// Decode over a long cache: every block of streamed rows takes all the k/v heads it can
     /// hold (groups of 16 rows may take fewer, for AMX), every block's splits
-    /// cover its keys in order without gaps, none is shorter than the floor of `split_count`
+    /// cover its keys in order without gaps, none is shorter than `shortest_split`
     /// (but the last), and the call reaches half of `MIN_ITEMS` items unless the keys are too few.
     #[test]
     fn long_caches_keep_every_head_and_split_keys_instead() {
@@ -164,12 +169,12 @@ mod tests {
             let case = format!("seed {seed}: batch {batch}, {heads_k} k/v heads, group {group}, {k_len} keys");
             // Each block's first split, with its index: the block's splits follow it.
             let blocks: Vec<(usize, &Item)> = plan.items.iter().enumerate().filter(|(_, item)| item.split == 0).collect();
-            let (head_cols, floor) = (group.next_multiple_of(8), |heads: usize| (SPLIT_MIN_KEYS / heads).max(BLOCK_N));
+            let head_cols = group.next_multiple_of(8);
             for &(at, first) in &blocks {
                 if group <= STREAM_MAX_ROWS {
                     assert_eq!(first.block.heads, (MAX_PACKED_ROWS / head_cols).clamp(1, heads_k).min(heads_k - first.block.hk0), "{case}");
                 }
-                let (splits, shortest) = (&plan.items[at..][..first.splits], floor(first.block.heads));
+                let (splits, shortest) = (&plan.items[at..][..first.splits], shortest_split(first.block.heads));
                 let mut end = 0;
                 for (i, split) in splits.iter().enumerate() {
                     let (lo, hi) = if first.splits == 1 { (0, k_len) } else { split.block.keys };
@@ -180,7 +185,7 @@ mod tests {
                 assert_eq!(end, k_len, "{case}: the splits cover every key");
             }
             // Rounding a split up to whole `BLOCK_N` keys can leave up to half the splits asked for.
-            let more_possible = blocks.iter().any(|(_, b)| 2 * b.splits < (k_len / floor(b.block.heads)).min(TARGET_ITEMS / blocks.len()));
+            let more_possible = blocks.iter().any(|(_, b)| 2 * b.splits < (k_len / shortest_split(b.block.heads)).min(TARGET_ITEMS / blocks.len()));
             assert!(2 * plan.items.len() >= MIN_ITEMS || !more_possible, "{case}: {} items", plan.items.len());
         }
     }

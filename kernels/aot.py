@@ -81,14 +81,15 @@ def variants(block_dims, dtypes):
 
 FWD_POINTERS = {"Q": "*{dt}", "K": "*{dt}", "V": "*{dt}", "Out": "*{dt}", "Lse": "*fp32", "OAcc": "*fp32",
                 "LAcc": "*fp32", "CuSeqQ": "*i32", "CuSeqK": "*i32", "BlockTable": "*i32",
-                "AlibiSlopes": "*fp32", "MmPrefix": "*i32"}
+                "AlibiSlopes": "*fp32", "MmPrefix": "*i32", "Fault": "*i32"}
 FWD_FLOATS = ["sm_scale", "softcap"]
 I64 = {"stride_qb", "stride_kb", "stride_vb"}
 # Element strides the host guarantees to be multiples of 8 (16 bytes of fp16/bf16), so that
 # loads along the head dim vectorize; src/triton/marshal.rs checks it before every launch.
 ALIGNED_INTS = {"stride_qb", "stride_qm", "stride_qh", "stride_kb", "stride_kn", "stride_kh", "stride_vb",
                 "stride_vn", "stride_vh", "stride_om", "stride_oh", "head_dim"}
-MERGE_POINTERS = {"Out": "*{dt}", "Lse": "*fp32", "OAcc": "*fp32", "LAcc": "*fp32"}
+MERGE_POINTERS = {"Out": "*{dt}", "Lse": "*fp32", "OAcc": "*fp32", "LAcc": "*fp32", "CuSeqQ": "*i32",
+                  "CuSeqK": "*i32"}
 
 
 def signature(fn, pointers, floats, dtype):

@@ -8,7 +8,14 @@ launched from Rust (`src/triton/`). Two kernels:
   `r // group` of head `hk * group + r % group`), so K/V tiles are read once per group. With
   `num_splits == 1` it writes the output and the LSE; otherwise each split writes its normalized
   partial output and its base-2 LSE to f32 accumulators and `attn_merge` combines them.
-- `attn_merge`: combines the splits of every (row, head).
+- `attn_merge`: combines the splits of the rows `attn_fwd` wrote, over the same grid of query
+  blocks and sequences (rows outside every sequence are left to the caller's prefill).
+
+Side tensors are read as given, never trusted: a sequence whose cumulative seqlens would index
+outside q/out or k/v, or exceed max_seqlen_q/k (or its block-table row), is computed as empty
+(no program writes its rows), a block-table entry outside the cache reads block 0, and each
+sets a bit in the fault word (`Fault`, mapped host memory: 1 seqlens_q, 2 seqlens_k, 4
+block_table) that the host reads later without synchronizing.
 
 The semantics are the crate's (src/params, src/cpu/mask.rs): bottom-right windows with -1
 meaning unbounded, `softcap * tanh(s / softcap)` before ALiBi `-slope * |pos - j|`,
@@ -52,11 +59,39 @@ def _tanh(x):
 
 
 @triton.jit
+def _sequence(CuSeqQ, CuSeqK, b, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap):
+    """Query and key bounds of sequence `b` and its fault bits. In varlen mode a sequence whose
+    bounds would leave q/out (`total_rows`) or k/v (`kv_rows`), step back, or pass
+    `seqlen_q` / `kv_len_cap` keys, gets q_len 0 (no rows written). Each sequence is checked on
+    its own: valid neighbours cannot overlap, since they share their boundary value."""
+    if is_varlen != 0:
+        q_start = tl.load(CuSeqQ + b)
+        q_end = tl.load(CuSeqQ + b + 1)
+        k_start = tl.load(CuSeqK + b)
+        k_end = tl.load(CuSeqK + b + 1)
+        # Differences are formed only once both ends are known in range: no i32 overflow matters.
+        bad_q = (q_start < 0) | (q_end < q_start) | (q_end > total_rows) | (q_end - q_start > seqlen_q)
+        bad_k = (k_start < 0) | (k_end < k_start) | (k_end > kv_rows) | (k_end - k_start > kv_len_cap)
+        fault = tl.where(bad_q, 1, 0) | tl.where(bad_k, 2, 0)
+        q_len = tl.where(fault != 0, 0, q_end - q_start)
+        k_len = tl.where(fault != 0, 0, k_end - k_start)
+        q_start = tl.where(fault != 0, 0, q_start)
+        k_start = tl.where(fault != 0, 0, k_start)
+    else:
+        q_start = seqlen_q * 0
+        q_len = seqlen_q
+        k_start = seqlen_k * 0
+        k_len = seqlen_k
+        fault = seqlen_q * 0
+    return q_start, q_len, k_start, k_len, fault
+
+
+@triton.jit
 def _attend(
     acc, m_i, l_i, q,
     K, V, table_row, offs_d, d_mask,
     start, end,
-    k_len, page_size,
+    k_len, page_size, num_blocks, Fault,
     stride_kb, stride_kn, stride_vb, stride_vn,
     qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
     row_lo, row_hi, pre_lo, pre_hi,
@@ -68,7 +103,11 @@ def _attend(
         offs_n = n0 + tl.arange(0, BLOCK_N)
         if PAGED:
             in_seq = offs_n < k_len
-            page = _i64(tl.load(table_row + offs_n // page_size, mask=in_seq, other=0))
+            page = tl.load(table_row + offs_n // page_size, mask=in_seq, other=0)
+            # A block id outside the cache reads block 0 and is reported (lanes of bad ids only).
+            bad_page = in_seq & ((page < 0) | (page >= num_blocks))
+            tl.atomic_or(Fault + offs_n * 0, 4, mask=bad_page, sem="relaxed", scope="sys")
+            page = _i64(tl.where(bad_page, 0, page))
             slot = offs_n % page_size
             k_rows = page * stride_kb + slot * stride_kn
             v_rows = page * stride_vb + slot * stride_vn
@@ -126,7 +165,7 @@ def _attend(
 @triton.jit
 def attn_fwd(
     Q, K, V, Out, Lse, OAcc, LAcc,
-    CuSeqQ, CuSeqK, BlockTable, AlibiSlopes, MmPrefix,
+    CuSeqQ, CuSeqK, BlockTable, AlibiSlopes, MmPrefix, Fault,
     sm_scale, softcap,
     stride_qb, stride_qm, stride_qh,
     stride_kb, stride_kn, stride_kh,
@@ -134,9 +173,9 @@ def attn_fwd(
     stride_om, stride_oh,
     stride_lb, stride_lh,
     stride_bt, stride_mmb,
-    is_varlen, seqlen_q, seqlen_k, rows_per_batch, total_rows,
+    is_varlen, seqlen_q, seqlen_k, rows_per_batch, total_rows, kv_rows, kv_len_cap,
     num_heads, num_heads_k, head_dim,
-    window_left, window_right, page_size,
+    window_left, window_right, page_size, num_blocks,
     has_softcap, has_alibi, num_mm_ranges,
     num_splits, split_len,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -149,16 +188,11 @@ def attn_fwd(
     hk = pid_bh % num_heads_k
     group = num_heads // num_heads_k
 
-    if is_varlen != 0:
-        q_start = tl.load(CuSeqQ + b)
-        q_len = tl.load(CuSeqQ + b + 1) - q_start
-        k_start = tl.load(CuSeqK + b)
-        k_len = tl.load(CuSeqK + b + 1) - k_start
-    else:
-        q_start = seqlen_q * 0
-        q_len = seqlen_q
-        k_start = seqlen_k * 0
-        k_len = seqlen_k
+    q_start, q_len, k_start, k_len, fault = _sequence(CuSeqQ, CuSeqK, b, is_varlen, seqlen_q, seqlen_k,
+                                                      total_rows, kv_rows, kv_len_cap)
+    # One program per sequence reports it.
+    tl.atomic_or(Fault, fault, mask=(fault != 0) & (pid_m == 0) & (hk == 0) & (split == 0),
+                 sem="relaxed", scope="sys")
 
     rows = q_len * group
     if pid_m * BLOCK_M >= rows:
@@ -239,34 +273,30 @@ def attn_fwd(
     qk_scale = sm_scale * LOG2E
 
     acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, start, f0,
-                            k_len, page_size, stride_kb, stride_kn, stride_vb, stride_vn,
+                            k_len, page_size, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                             qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
                             row_lo, row_hi, pre_lo, pre_hi,
                             BLOCK_N, PAGED, EXTRAS, True, EVEN_D)
     acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f0, f1,
-                            k_len, page_size, stride_kb, stride_kn, stride_vb, stride_vn,
+                            k_len, page_size, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                             qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
                             row_lo, row_hi, pre_lo, pre_hi,
                             BLOCK_N, PAGED, EXTRAS, False, EVEN_D)
     acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f1, end,
-                            k_len, page_size, stride_kb, stride_kn, stride_vb, stride_vn,
+                            k_len, page_size, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                             qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
                             row_lo, row_hi, pre_lo, pre_hi,
                             BLOCK_N, PAGED, EXTRAS, True, EVEN_D)
 
-    empty = l_i == 0.0
-    out = acc / tl.where(empty, 1.0, l_i)[:, None]
-    lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
+    out, lse2 = _normalize(acc, m_i, l_i)
     out_row = _i64(b * rows_per_batch + q_start + i)
     if EVEN_D:
         o_mask = row_valid[:, None]
     else:
         o_mask = row_valid[:, None] & d_mask[None, :]
     if num_splits == 1:
-        o_ptrs = Out + out_row[:, None] * stride_om + head[:, None] * stride_oh + offs_d[None, :]
-        tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=o_mask)
-        l_ptrs = Lse + _i64(b) * stride_lb + head * stride_lh + q_start + i
-        tl.store(l_ptrs, lse2 * LN2, mask=row_valid)
+        _store_rows(Out, Lse, out, lse2, out_row, b, head, q_start + i, offs_d, o_mask, row_valid,
+                    stride_om, stride_oh, stride_lb, stride_lh)
     else:
         acc_row = (split * total_rows + out_row) * num_heads + head
         tl.store(OAcc + acc_row[:, None] * head_dim + offs_d[None, :], out, mask=o_mask)
@@ -274,17 +304,51 @@ def attn_fwd(
 
 
 @triton.jit
+def _normalize(acc, m, total):
+    """Output rows `acc / total` and base-2 LSEs `m + log2(total)` of softmax sums (empty rows,
+    total 0: output 0, LSE -inf)."""
+    empty = total == 0.0
+    out = acc / tl.where(empty, 1.0, total)[:, None]
+    lse2 = tl.where(empty, float("-inf"), m + tl.math.log2(tl.where(empty, 1.0, total)))
+    return out, lse2
+
+
+@triton.jit
+def _store_rows(Out, Lse, out, lse2, out_row, b, head, pos, offs_d, o_mask, row_valid,
+                stride_om, stride_oh, stride_lb, stride_lh):
+    """Writes output rows and their natural-log LSEs (at batch b, query position `pos`)."""
+    o_ptrs = Out + out_row[:, None] * stride_om + head[:, None] * stride_oh + offs_d[None, :]
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=o_mask)
+    tl.store(Lse + _i64(b) * stride_lb + head * stride_lh + pos, lse2 * LN2, mask=row_valid)
+
+
+@triton.jit
 def attn_merge(
-    Out, Lse, OAcc, LAcc,
+    Out, Lse, OAcc, LAcc, CuSeqQ, CuSeqK,
     stride_om, stride_oh, stride_lb, stride_lh,
-    rows_per_batch, total_rows, num_heads, head_dim, num_splits,
+    is_varlen, seqlen_q, seqlen_k, rows_per_batch, total_rows, kv_rows, kv_len_cap,
+    num_heads, num_heads_k, head_dim, num_splits,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """Combines the split partials of BLOCK_R (row, head) pairs: weights 2^(lse_s - max)."""
-    idx = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    valid = idx < total_rows * num_heads
-    out_row = idx // num_heads
-    head = idx % num_heads
+    """Combines the split partials (weights 2^(lse_s - max)) of BLOCK_R packed rows of one
+    sequence and k/v head: attn_fwd's grid and row packing, so it reads exactly the accumulator
+    rows attn_fwd wrote and never the rest (rows outside every sequence, emptied sequences)."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // num_heads_k
+    hk = pid_bh % num_heads_k
+    group = num_heads // num_heads_k
+    q_start, q_len, _k_start, _k_len, _fault = _sequence(CuSeqQ, CuSeqK, b, is_varlen, seqlen_q, seqlen_k,
+                                                         total_rows, kv_rows, kv_len_cap)
+    rows = q_len * group
+    if pid_m * BLOCK_R >= rows:
+        return
+    offs_r = pid_m * BLOCK_R + tl.arange(0, BLOCK_R)
+    valid = offs_r < rows
+    i = offs_r // group
+    head = hk * group + offs_r % group
+    out_row = _i64(b * rows_per_batch + q_start + i)
+    idx = out_row * num_heads + head
     offs_d = tl.arange(0, BLOCK_D)
     mask = valid[:, None] & (offs_d[None, :] < head_dim)
     split_stride = _i64(total_rows) * num_heads
@@ -299,15 +363,6 @@ def attn_merge(
         part = tl.load(OAcc + (s * split_stride + idx)[:, None] * head_dim + offs_d[None, :], mask=mask, other=0.0)
         acc += w[:, None] * part
         total += w
-    empty = total == 0.0
-    out = acc / tl.where(empty, 1.0, total)[:, None]
-    lse = tl.where(empty, float("-inf"), (m_safe + tl.math.log2(tl.where(empty, 1.0, total))) * LN2)
-    o_ptrs = Out + _i64(out_row)[:, None] * stride_om + head[:, None] * stride_oh + offs_d[None, :]
-    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=mask)
-    if rows_per_batch > 0:
-        b = out_row // rows_per_batch
-        pos = out_row % rows_per_batch
-    else:
-        b = out_row * 0
-        pos = out_row
-    tl.store(Lse + _i64(b) * stride_lb + head * stride_lh + pos, lse, mask=valid)
+    out, lse2 = _normalize(acc, m_safe, total)
+    _store_rows(Out, Lse, out, lse2, out_row, b, head, q_start + i, offs_d, mask, valid,
+                stride_om, stride_oh, stride_lb, stride_lh)

@@ -66,3 +66,23 @@ fn unallocatable_output_is_an_error() {
     let err = fa::flash_attn(&q, &k, &k, 0.125, false).unwrap_err().to_string();
     assert!(err.contains("cannot allocate the output"), "{err}");
 }
+
+/// Issue 24, item 8 (found by randomized testing): q with zero heads divided by zero in the
+/// CPU plan (a GQA group of 0) and panicked. It is an `Err` now, in every layout; k/v with zero
+/// heads were refused already.
+#[test]
+fn zero_query_heads_are_refused_not_a_panic() {
+    let mut r = rng("zero_query_heads_are_refused_not_a_panic");
+    let d = 16;
+    let q = randn(&mut r, &[2, 5, 0, d], DType::F32);
+    let kv = randn(&mut r, &[2, 7, 2, d], DType::F32);
+    let err = fa::flash_attn(&q, &kv, &kv, 0.25, false).unwrap_err().to_string();
+    assert!(err.contains("must divide the number of q heads 0"), "{err}");
+    let (q, kv) = (randn(&mut r, &[5, 0, d], DType::F32), randn(&mut r, &[7, 2, d], DType::F32));
+    let (sq, sk) = (Tensor::new(&[0u32, 5], &Device::Cpu).unwrap(), Tensor::new(&[0u32, 7], &Device::Cpu).unwrap());
+    let err = fa::flash_attn_varlen(&q, &kv, &kv, &sq, &sk, 5, 7, 0.25, true).unwrap_err().to_string();
+    assert!(err.contains("q heads 0"), "{err}");
+    // Zero k/v heads stay refused.
+    let (q, kv) = (randn(&mut r, &[1, 3, 2, d], DType::F32), randn(&mut r, &[1, 3, 0, d], DType::F32));
+    assert!(fa::flash_attn(&q, &kv, &kv, 0.25, false).is_err());
+}

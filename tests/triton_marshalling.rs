@@ -215,7 +215,74 @@ fn paged_arguments_with_any_page_size_and_a_split_decode() {
     // Without accumulators a split call is refused.
     let err = fwd_args(&call, &DeviceBuffers { o_acc: 0, ..buffers }, &plan).unwrap_err();
     assert!(err.to_string().contains("accumulators"), "{err}");
-    assert_eq!(FwdArgs { num_splits: 3, ..FwdArgs::default() }.values()[43], ArgValue::I32(3));
+    let at = FwdArgs::PARAMS.iter().position(|&p| p == "num_splits").unwrap();
+    assert_eq!(FwdArgs { num_splits: 3, ..FwdArgs::default() }.values()[at], ArgValue::I32(3));
+    // The kernels check the seqlens and table against these bounds.
+    assert_eq!((a.kv_rows, a.kv_len_cap, a.num_blocks), (i32::MAX, 2001, blocks as i32));
+    // The merge runs over attn_fwd's sequences and k/v heads, 16 packed rows a program.
+    assert_eq!(plan.merge_grid, [(h / h_k).div_ceil(16) as u32, (2 * h_k) as u32, 1]);
+    let m = merge_args(&a);
+    assert_eq!((m.cu_seqlens_q, m.cu_seqlens_k, m.is_varlen, m.num_heads_k), (a.cu_seqlens_q, a.cu_seqlens_k, 1, h_k as i32));
+    assert_eq!((m.kv_rows, m.kv_len_cap, m.seqlen_q), (a.kv_rows, a.kv_len_cap, 1));
+}
+
+/// A varlen request whose seqlens are left unread (the product path: no device-to-host copy).
+fn unread_varlen_call(total_q: usize, max_seqlen_q: usize, rows_k: usize, max_seqlen_k: usize) -> AttnCall {
+    let (h, h_k, d) = (8, 2, 64);
+    let q = zeros(&[total_q, h, d], DType::F16);
+    let kv = zeros(&[rows_k, h_k, d], DType::F16);
+    // Values are not read: any u32 tensor of batch + 1 entries will do, valid or not.
+    let (sq, sk) = (u32s(&[0, 9, 3]), u32s(&[0, 70_000, 1]));
+    let req = Request {
+        varlen: Some(VarLenRequest {
+            seqlens_q: &sq,
+            seqlens_k: &sk,
+            max_seqlen_q,
+            max_seqlen_k,
+            block_table: None,
+            page_block_size: None,
+            mm_prefix_ranges: None,
+        }),
+        ..batch_request(None)
+    };
+    AttnCall::on_device(&req, [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap()
+}
+
+/// Issue 24, item 5: a varlen call with no query rows but many keys planned a split (from
+/// max_seqlen_q) with empty accumulators, and the launch refused it. It launches nothing now.
+#[test]
+fn zero_query_rows_launch_nothing_and_split_nothing() {
+    let call = unread_varlen_call(0, 1, 5000, 5000);
+    let plan = Plan::new(&call, select(&call, "gfx1100", images()).unwrap(), 60).unwrap();
+    assert!(plan.is_empty(), "{plan:?}");
+    assert_eq!((plan.num_splits, plan.scratch_lens(&call)), (1, (0, 0)));
+    assert_eq!(plan.merge_grid[0], 0);
+}
+
+/// Issue 24, item 5: the merge reads the f32 accumulators as 16-byte vectors; a misaligned one
+/// is refused like misaligned q/k/v, and so is a launch without the fault word.
+#[test]
+fn misaligned_accumulators_and_a_missing_fault_word_are_refused() {
+    let call = unread_varlen_call(3, 2, 5000, 5000);
+    let plan = Plan::new(&call, select(&call, "gfx1100", images()).unwrap(), 60).unwrap();
+    assert!(plan.num_splits > 1, "{plan:?}");
+    fwd_args(&call, &BUFFERS, &plan).unwrap();
+    for buffers in [DeviceBuffers { o_acc: BUFFERS.o_acc + 4, ..BUFFERS }, DeviceBuffers { lse_acc: BUFFERS.lse_acc + 8, ..BUFFERS }] {
+        let err = fwd_args(&call, &buffers, &plan).unwrap_err().to_string();
+        assert!(err.contains("16-byte aligned"), "{err}");
+    }
+    let err = fwd_args(&call, &DeviceBuffers { fault: 0, ..BUFFERS }, &plan).unwrap_err().to_string();
+    assert!(err.contains("fault word"), "{err}");
+}
+
+/// Unread seqlens are bounded on the device by the shapes: the rows of k and max_seqlen_k.
+#[test]
+fn unread_varlen_calls_pass_the_bounds_the_kernels_check() {
+    let call = unread_varlen_call(12, 9, 777, 600);
+    let plan = Plan::new(&call, select(&call, "gfx1100", images()).unwrap(), 60).unwrap();
+    let a = fwd_args(&call, &BUFFERS, &plan).unwrap();
+    assert_eq!((a.is_varlen, a.total_rows, a.seqlen_q, a.seqlen_k), (1, 12, 9, 600));
+    assert_eq!((a.kv_rows, a.kv_len_cap, a.num_blocks, a.fault), (777, 600, 0, BUFFERS.fault as u64));
 }
 
 #[test]

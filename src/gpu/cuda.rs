@@ -6,10 +6,19 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
 use std::sync::{Mutex, PoisonError};
 
-use super::loader::{driver_functions, open_first};
-use super::{call, text_or_unknown, Api, Backend, GpuResult, Handle, SharedCalls};
+use super::library::{self, Candidates, DriverLibrary};
+use super::loader::driver_functions;
+use super::{
+    call, text_or_unknown, Api, Backend, GpuResult, Handle, MappedHostMemory, SharedCalls,
+};
 
-const LIBRARY_NAMES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
+/// Where the CUDA driver is looked for: the one already loaded (by the CUDA runtime or the
+/// program), else loaded here. `libcuda.so.1` is its soname; `libcuda.so` the development link.
+const CANDIDATES: Candidates = Candidates {
+    already_loaded: &["libcuda.so.1", "libcuda.so"],
+    to_load: &["libcuda.so.1", "libcuda.so"],
+    probe_symbol: "cuGetErrorName",
+};
 
 /// `CUDA_ERROR_NO_DEVICE`.
 const CUDA_ERROR_NO_DEVICE: i32 = 100;
@@ -17,6 +26,10 @@ const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: i32 = 16;
 const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: i32 = 75;
 const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: i32 = 76;
 const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
+/// `CU_MEMHOSTALLOC_PORTABLE`: the allocation belongs to every context.
+const CU_MEMHOSTALLOC_PORTABLE: u32 = 0x01;
+/// `CU_MEMHOSTALLOC_DEVICEMAP`: mapped into the devices' address space.
+const CU_MEMHOSTALLOC_DEVICEMAP: u32 = 0x02;
 /// Dynamic shared memory a kernel may use without opting in.
 const DEFAULT_DYNAMIC_SHARED_LIMIT: u32 = 48 * 1024;
 
@@ -47,6 +60,8 @@ driver_functions! {
         cuMemFree_v2: fn(DevicePtr) -> i32;
         cuMemcpyHtoD_v2: fn(DevicePtr, *const c_void, usize) -> i32;
         cuMemcpyDtoH_v2: fn(*mut c_void, DevicePtr, usize) -> i32;
+        cuMemHostAlloc: fn(*mut *mut c_void, usize, u32) -> i32;
+        cuMemHostGetDevicePointer_v2: fn(*mut DevicePtr, *mut c_void, u32) -> i32;
         cuGetErrorName: fn(i32, *mut *const c_char) -> i32;
         cuGetErrorString: fn(i32, *mut *const c_char) -> i32;
     }
@@ -61,14 +76,14 @@ struct Cuda {
     /// `set_device` and never released: the Driver lives as long as the process.
     primary_contexts: Mutex<HashMap<i32, usize>>,
     /// Keeps the function pointers valid; never unloaded (the Driver is never dropped).
-    _library: libloading::Library,
+    library: DriverLibrary,
 }
 
-/// Loads the CUDA driver, resolves its functions and initializes it.
+/// Finds or loads the CUDA driver, resolves its functions and initializes it.
 pub(super) fn open() -> GpuResult<Box<dyn Backend>> {
-    let library = open_first(Api::Cuda, &LIBRARY_NAMES)?;
+    let library = library::open(Api::Cuda, &CANDIDATES)?;
     // SAFETY: the table declares each function with its C signature from cuda.h.
-    let functions = unsafe { CudaFunctions::resolve(&library, Api::Cuda) }?;
+    let functions = unsafe { CudaFunctions::resolve(library.library(), Api::Cuda) }?;
     // SAFETY: cuInit takes flags that must be 0.
     let status = unsafe { (functions.cuInit)(0) };
     let shared = SharedCalls {
@@ -84,7 +99,7 @@ pub(super) fn open() -> GpuResult<Box<dyn Backend>> {
         shared,
         no_device: status == CUDA_ERROR_NO_DEVICE,
         primary_contexts: Mutex::new(HashMap::new()),
-        _library: library,
+        library,
     };
     if !cuda.no_device {
         cuda.check("cuInit", status)?;
@@ -140,6 +155,10 @@ impl Backend for Cuda {
 
     fn shared(&self) -> &SharedCalls {
         &self.shared
+    }
+
+    fn library(&self) -> &str {
+        self.library.description()
     }
 
     fn describe(&self, status: i32) -> (String, String) {
@@ -236,6 +255,25 @@ impl Backend for Cuda {
             (self.functions.cuMemcpyDtoH_v2)(dst.as_mut_ptr().cast(), src as DevicePtr, dst.len())
         };
         self.check("cuMemcpyDtoH_v2", status)
+    }
+
+    /// Needs a current context on this thread (`set_device`), which the allocation joins:
+    /// portable makes it every context's, and unified addressing gives it one device address.
+    fn alloc_mapped_host(&self, bytes: usize) -> GpuResult<MappedHostMemory> {
+        let flags = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP;
+        let mut host = std::ptr::null_mut();
+        // SAFETY: `host` is a writable pointer; the flags are valid together.
+        self.check("cuMemHostAlloc", unsafe {
+            (self.functions.cuMemHostAlloc)(&mut host, bytes, flags)
+        })?;
+        let mut device: DevicePtr = 0;
+        // SAFETY: `host` came from cuMemHostAlloc with DEVICEMAP; the flags argument must be 0.
+        let status = unsafe { (self.functions.cuMemHostGetDevicePointer_v2)(&mut device, host, 0) };
+        self.check("cuMemHostGetDevicePointer_v2", status)?;
+        Ok(MappedHostMemory {
+            host,
+            device_addr: device as usize,
+        })
     }
 }
 

@@ -43,24 +43,28 @@ pub struct GpuError {
     pub call: &'static str,
     /// The driver's status, or [`NOT_A_DRIVER_STATUS`].
     pub code: i32,
-    /// For a driver status: `"<error name> (<code>): <error string>"`, as the driver words them.
+    /// For a driver status: `"<error name> (<code>): <error string> (<library>)"`, the driver's
+    /// wording followed by which library answered ([`Driver::library`](super::Driver::library)).
     pub message: String,
 }
 
 impl GpuError {
-    /// A failed driver status, described with the driver's error name and string.
+    /// A failed driver status, described with the driver's error name and string and with the
+    /// library that returned it: with two installations of a runtime on one machine, which one
+    /// answered is often the cause.
     pub(crate) fn from_status(
         api: Api,
         call: &'static str,
         code: i32,
         name: &str,
         description: &str,
+        library: &str,
     ) -> Self {
         GpuError {
             api,
             call,
             code,
-            message: format!("{name} ({code}): {description}"),
+            message: format!("{name} ({code}): {description} ({library})"),
         }
     }
 
@@ -103,15 +107,17 @@ mod tests {
             209,
             "hipErrorNoBinaryForGpu",
             "no kernel image is available for execution on the device",
+            "HIP runtime /opt/rocm/lib/libamdhip64.so.7, already loaded by the process",
         )
     }
 
     #[test]
-    fn display_names_call_status_name_code_and_description() {
+    fn display_names_call_status_name_code_description_and_library() {
         assert_eq!(
             no_binary().to_string(),
             "hipModuleLoadData failed: hipErrorNoBinaryForGpu (209): \
-             no kernel image is available for execution on the device"
+             no kernel image is available for execution on the device \
+             (HIP runtime /opt/rocm/lib/libamdhip64.so.7, already loaded by the process)"
         );
     }
 

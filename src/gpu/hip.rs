@@ -4,20 +4,50 @@
 //! enum values themselves by compiling a C program against Debian sid's `libamdhip64-dev`
 //! 6.4.3 (`HIP_VERSION` 6.4.43484, x86-64, gcc and clang-21; `scripts/rocm-chroot.sh`), and
 //! matching a count by hand in ROCm/HIP's `include/hip/hip_runtime_api.h` (develop of October
-//! 2024, c5e11fc). [`HIP_HEADER_CHECK`] asserts them against a header.
+//! 2024, c5e11fc). [`HIP_HEADER_CHECK`] asserts them against a header. The physical
+//! multiprocessor count attribute and the host allocation flags are the values of ROCm's
+//! `hip_runtime_api.h` (HIP 6.x and the 7.x headers of ROCm/rocm-systems), added to the check.
 
 use std::ffi::{c_char, c_void};
 
-use super::loader::{driver_functions, open_first};
-use super::{call, text_or_unknown, Api, Backend, GpuError, GpuResult, Handle, SharedCalls};
+use super::compute_units::{compute_units, wgp_mode_from_environment};
+use super::library::{self, Candidates, DriverLibrary};
+use super::loader::{driver_functions, first_symbol};
+use super::{
+    call, text_or_unknown, Api, Backend, Call, GpuError, GpuResult, Handle, MappedHostMemory,
+    SharedCalls,
+};
 
-const LIBRARY_NAMES: [&str; 3] = ["libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6"];
+/// Where the HIP runtime is looked for. The versioned sonames are what a program linked against
+/// ROCm carries in its `DT_NEEDED`, so the no-load pass finds the runtime it uses; loading
+/// prefers `libamdhip64.so`, the installation's default, as before.
+const CANDIDATES: Candidates = Candidates {
+    already_loaded: &["libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so"],
+    to_load: &["libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6"],
+    probe_symbol: "hipGetErrorName",
+};
+
+/// The host allocation function, newest name first: `hipExtHostAlloc` (HIP 6.3 and later, where
+/// `hipHostMalloc` is deprecated), else `hipHostMalloc` (HIP 6.0-6.2). Both take the
+/// `hipHostMalloc*` flags and reach the same allocator in ROCm's clr (`ihipHostMalloc`);
+/// `hipHostAlloc`, the CUDA-like name, refuses the coherent flag.
+const HOST_ALLOC_NAMES: [&str; 2] = ["hipExtHostAlloc", "hipHostMalloc"];
+type HostAllocFn = unsafe extern "C" fn(*mut Handle, usize, u32) -> i32;
+/// `hipHostMallocPortable`: the allocation belongs to every device.
+const HIP_HOST_MALLOC_PORTABLE: u32 = 0x1;
+/// `hipHostMallocMapped`: kernels reach it through `hipHostGetDevicePointer`.
+const HIP_HOST_MALLOC_MAPPED: u32 = 0x2;
+/// `hipHostMallocCoherent`: fine-grained, so device writes reach the host while kernels run.
+const HIP_HOST_MALLOC_COHERENT: u32 = 0x4000_0000;
 
 /// `hipErrorNoDevice`.
 const HIP_ERROR_NO_DEVICE: i32 = 100;
 /// `hipDeviceAttributeMultiprocessorCount` in HIP 6's renumbered `hipDeviceAttribute_t` (HIP 5
 /// numbered the attributes differently).
 const HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: i32 = 63;
+/// `hipDeviceAttributePhysicalMultiProcessorCount`, in the AMD-specific block of
+/// `hipDeviceAttribute_t` that starts at 10000.
+const HIP_DEVICE_ATTRIBUTE_PHYSICAL_MULTIPROCESSOR_COUNT: i32 = 10015;
 /// Byte offset of `char gcnArchName[256]` in `hipDeviceProp_tR0600` on x86-64.
 pub const HIP_GCN_ARCH_NAME_OFFSET: usize = 1160;
 /// `sizeof(hipDeviceProp_tR0600)` on x86-64.
@@ -39,7 +69,11 @@ _Static_assert(offsetof(hipDeviceProp_tR0600, gcnArchName) == 1160, \"gcnArchNam
 _Static_assert(sizeof(((hipDeviceProp_tR0600 *)0)->gcnArchName) == 256, \"gcnArchName size\");
 _Static_assert(sizeof(hipDeviceProp_tR0600) == 1472, \"hipDeviceProp_tR0600 size\");
 _Static_assert(hipDeviceAttributeMultiprocessorCount == 63, \"multiprocessor count attribute\");
+_Static_assert(hipDeviceAttributePhysicalMultiProcessorCount == 10015, \"physical count attribute\");
 _Static_assert(hipErrorNoDevice == 100, \"hipErrorNoDevice\");
+_Static_assert(hipHostMallocPortable == 0x1, \"hipHostMallocPortable\");
+_Static_assert(hipHostMallocMapped == 0x2, \"hipHostMallocMapped\");
+_Static_assert(hipHostMallocCoherent == 0x40000000, \"hipHostMallocCoherent\");
 ";
 
 driver_functions! {
@@ -60,6 +94,7 @@ driver_functions! {
         hipFree: fn(Handle) -> i32;
         hipMemcpyHtoD: fn(Handle, *const c_void, usize) -> i32;
         hipMemcpyDtoH: fn(*mut c_void, Handle, usize) -> i32;
+        hipHostGetDevicePointer: fn(*mut Handle, *mut c_void, u32) -> i32;
         hipDeviceSynchronize: fn() -> i32;
         hipGetErrorName: fn(i32) -> *const c_char;
         hipGetErrorString: fn(i32) -> *const c_char;
@@ -69,15 +104,19 @@ driver_functions! {
 struct Hip {
     functions: HipFunctions,
     shared: SharedCalls,
+    /// One of [`HOST_ALLOC_NAMES`].
+    host_alloc: Call<HostAllocFn>,
     /// Keeps the function pointers valid; never unloaded (the Driver is never dropped).
-    _library: libloading::Library,
+    library: DriverLibrary,
 }
 
-/// Loads the HIP runtime and resolves its functions.
+/// Finds or loads the HIP runtime and resolves its functions.
 pub(super) fn open() -> GpuResult<Box<dyn Backend>> {
-    let library = open_first(Api::Hip, &LIBRARY_NAMES)?;
+    let library = library::open(Api::Hip, &CANDIDATES)?;
     // SAFETY: the table declares each function with its C signature from hip_runtime_api.h.
-    let functions = unsafe { HipFunctions::resolve(&library, Api::Hip) }?;
+    let functions = unsafe { HipFunctions::resolve(library.library(), Api::Hip) }?;
+    // SAFETY: every name has this signature: (void** ptr, size_t size, unsigned int flags).
+    let host_alloc = unsafe { first_symbol(library.library(), Api::Hip, &HOST_ALLOC_NAMES) }?;
     let shared = SharedCalls {
         current_device: call!(functions.hipGetDevice),
         synchronize: call!(functions.hipDeviceSynchronize),
@@ -89,7 +128,8 @@ pub(super) fn open() -> GpuResult<Box<dyn Backend>> {
     Ok(Box::new(Hip {
         functions,
         shared,
-        _library: library,
+        host_alloc,
+        library,
     }))
 }
 
@@ -121,6 +161,10 @@ impl Backend for Hip {
         &self.shared
     }
 
+    fn library(&self) -> &str {
+        self.library.description()
+    }
+
     fn describe(&self, status: i32) -> (String, String) {
         // SAFETY: both take any status and return a static string (or null).
         let (name, description) = unsafe {
@@ -149,7 +193,19 @@ impl Backend for Hip {
     }
 
     fn multiprocessor_count(&self, ordinal: i32) -> GpuResult<i32> {
-        self.attribute(HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ordinal)
+        let multiprocessors = self.attribute(HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ordinal)?;
+        // Every HIP 6/7 answers this AMD attribute; a runtime that refuses it still has the
+        // multiprocessor count, so the refusal is not an error here.
+        let physical = self
+            .attribute(HIP_DEVICE_ATTRIBUTE_PHYSICAL_MULTIPROCESSOR_COUNT, ordinal)
+            .ok();
+        let arch = self.arch_name(ordinal)?;
+        Ok(compute_units(
+            &arch,
+            multiprocessors,
+            physical,
+            wgp_mode_from_environment(),
+        ))
     }
 
     fn arch_name(&self, ordinal: i32) -> GpuResult<String> {
@@ -169,7 +225,8 @@ impl Backend for Hip {
         if !target.starts_with("gfx") {
             let message = format!(
                 "gcnArchName at byte {HIP_GCN_ARCH_NAME_OFFSET} reads {target:?}, not a gfx target: \
-                 this HIP's hipDeviceProp_tR0600 layout differs from HIP 6.x/7.x's"
+                 this HIP's hipDeviceProp_tR0600 layout differs from HIP 6.x/7.x's ({})",
+                self.library()
             );
             return Err(GpuError::local(
                 Api::Hip,
@@ -219,6 +276,22 @@ impl Backend for Hip {
         };
         self.check("hipMemcpyDtoH", status)
     }
+
+    fn alloc_mapped_host(&self, bytes: usize) -> GpuResult<MappedHostMemory> {
+        let Call { name, function } = self.host_alloc;
+        let flags = HIP_HOST_MALLOC_MAPPED | HIP_HOST_MALLOC_PORTABLE | HIP_HOST_MALLOC_COHERENT;
+        let mut host = std::ptr::null_mut();
+        // SAFETY: `host` is a writable pointer; the flags are valid together (not non-coherent).
+        self.check(name, unsafe { function(&mut host, bytes, flags) })?;
+        let mut device = std::ptr::null_mut();
+        // SAFETY: `host` came from the allocation above; the flags argument must be 0.
+        let status = unsafe { (self.functions.hipHostGetDevicePointer)(&mut device, host, 0) };
+        self.check("hipHostGetDevicePointer", status)?;
+        Ok(MappedHostMemory {
+            host,
+            device_addr: device as usize,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -245,8 +318,16 @@ mod tests {
         let size = format!("sizeof(hipDeviceProp_tR0600) == {HIP_DEVICE_PROP_R0600_SIZE},");
         let attribute =
             format!("MultiprocessorCount == {HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT},");
+        let physical = format!(
+            "PhysicalMultiProcessorCount == {HIP_DEVICE_ATTRIBUTE_PHYSICAL_MULTIPROCESSOR_COUNT},"
+        );
         let no_device = format!("hipErrorNoDevice == {HIP_ERROR_NO_DEVICE},");
-        for needle in [offset, size, attribute, no_device] {
+        let portable = format!("hipHostMallocPortable == {HIP_HOST_MALLOC_PORTABLE:#x},");
+        let mapped = format!("hipHostMallocMapped == {HIP_HOST_MALLOC_MAPPED:#x},");
+        let coherent = format!("hipHostMallocCoherent == {HIP_HOST_MALLOC_COHERENT:#x},");
+        for needle in [
+            offset, size, attribute, physical, no_device, portable, mapped, coherent,
+        ] {
             assert!(HIP_HEADER_CHECK.contains(&needle), "{needle}");
         }
     }

@@ -6,32 +6,7 @@ use std::ffi::{c_char, CStr};
 use libloading::Library;
 
 use super::error::{Api, GpuError, GpuResult};
-
-/// Opens the first library of `names` that loads; the error lists every name with its dlopen
-/// error, so a missing runtime is reported as such.
-pub(super) fn open_first(api: Api, names: &[&str]) -> GpuResult<Library> {
-    let mut failures = Vec::with_capacity(names.len());
-    for &name in names {
-        // SAFETY: loading runs the library's initializers. The names are the vendors' driver
-        // runtimes (libamdhip64, libcuda), whose initializers are sound to run in any process.
-        match unsafe { Library::new(name) } {
-            Ok(library) => return Ok(library),
-            // dlerror's text names the file already, at least on glibc.
-            Err(error) => failures.push(match error.to_string() {
-                text if text.contains(name) => text,
-                text => format!("{name}: {text}"),
-            }),
-        }
-    }
-    Err(GpuError::local(
-        api,
-        "dlopen",
-        format!(
-            "the {api} driver library is not available ({})",
-            failures.join("; ")
-        ),
-    ))
-}
+use super::Call;
 
 /// Resolves `name` in `library` as a value of type `T` (a function pointer).
 ///
@@ -45,6 +20,27 @@ pub(super) unsafe fn symbol<T: Copy>(library: &Library, api: Api, name: &str) ->
     unsafe { library.get::<T>(name.as_bytes()) }
         .map(|resolved| *resolved)
         .map_err(|error| GpuError::local(api, "dlsym", format!("{name}: {error}")))
+}
+
+/// Resolves the first of `names` that `library` exports, as a [`Call`] under that name: for a
+/// function that a later runtime renamed, so that both the old and the new name serve.
+///
+/// # Safety
+/// As for [`symbol`]: `T` is the true type of every one of `names`.
+pub(super) unsafe fn first_symbol<T: Copy>(
+    library: &Library,
+    api: Api,
+    names: &[&'static str],
+) -> GpuResult<Call<T>> {
+    let mut failures = Vec::with_capacity(names.len());
+    for &name in names {
+        // SAFETY: forwarded from this function's contract.
+        match unsafe { symbol(library, api, name) } {
+            Ok(function) => return Ok(Call { name, function }),
+            Err(error) => failures.push(error.message),
+        }
+    }
+    Err(GpuError::local(api, "dlsym", failures.join("; ")))
 }
 
 /// Copies a C string owned by the driver (a static error name or description), or `None` for
@@ -125,34 +121,8 @@ mod tests {
     }
 
     fn libc() -> Library {
-        open_first(Api::Hip, &["libc.so.6"]).expect("the C library loads on Linux")
-    }
-
-    #[test]
-    fn open_first_names_every_library_tried() {
-        let error = open_first(
-            Api::Hip,
-            &["libflash-attn-absent-1.so", "libflash-attn-absent-2.so"],
-        )
-        .expect_err("no such libraries");
-        assert_eq!(
-            (error.api, error.call, error.code),
-            (Api::Hip, "dlopen", -1)
-        );
-        assert!(
-            error
-                .message
-                .contains("HIP driver library is not available"),
-            "{error}"
-        );
-        assert!(
-            error.message.contains("libflash-attn-absent-1.so: "),
-            "{error}"
-        );
-        assert!(
-            error.message.contains("libflash-attn-absent-2.so: "),
-            "{error}"
-        );
+        // SAFETY: the C library is loaded in every Rust program on Linux already.
+        unsafe { Library::new("libc.so.6") }.expect("the C library loads on Linux")
     }
 
     #[test]
@@ -180,6 +150,28 @@ mod tests {
                 .starts_with("flash_attn_rocm_no_such_symbol: "),
             "{error}"
         );
+    }
+
+    #[test]
+    fn first_symbol_takes_the_first_name_exported() {
+        let library = libc();
+        let names = ["flash_attn_rocm_no_such_symbol", "abs", "labs"];
+        type Abs = unsafe extern "C" fn(i32) -> i32;
+        // SAFETY: abs has this signature; the missing symbol is never called; labs is not reached.
+        let Call { name, function } =
+            unsafe { first_symbol::<Abs>(&library, Api::Hip, &names) }.unwrap();
+        assert_eq!(name, "abs");
+        // SAFETY: abs takes any int but INT_MIN.
+        assert_eq!(unsafe { function(-3) }, 3);
+        let missing = ["flash_attn_rocm_no_such_1", "flash_attn_rocm_no_such_2"];
+        // SAFETY: nothing is resolved, so nothing is called.
+        let error = unsafe { first_symbol::<Abs>(&library, Api::Hip, &missing) }
+            .err()
+            .unwrap();
+        assert_eq!(error.call, "dlsym");
+        for name in missing {
+            assert!(error.message.contains(&format!("{name}: ")), "{error}");
+        }
     }
 
     #[test]

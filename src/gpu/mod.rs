@@ -11,19 +11,25 @@
 //! current device (CUDA: its current context), so a thread calls `set_device` first.
 
 mod buffer;
+mod compute_units;
 mod cuda;
 mod error;
+mod fault_word;
 mod hip;
+mod library;
 mod loader;
 mod module;
+mod scope;
 
 use std::ffi::{c_char, c_void};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 pub use buffer::DeviceBuffer;
 pub use error::{Api, GpuError, GpuResult, NOT_A_DRIVER_STATUS};
+pub use fault_word::FaultWord;
 pub use hip::{HIP_DEVICE_PROP_R0600_SIZE, HIP_GCN_ARCH_NAME_OFFSET, HIP_HEADER_CHECK};
 pub use module::{Function, Module};
+pub use scope::with_device;
 
 /// An opaque driver handle (module, function, context, stream, HIP device pointer).
 type Handle = *mut c_void;
@@ -74,10 +80,19 @@ struct SharedCalls {
     launch: Call<LaunchFn>,
 }
 
+/// Host memory mapped into the devices' address space: the host's pointer to it and the
+/// address kernels use.
+struct MappedHostMemory {
+    host: *mut c_void,
+    device_addr: usize,
+}
+
 /// What differs between HIP and CUDA: each API implements this over its function table.
 trait Backend: Send + Sync {
     fn api(&self) -> Api;
     fn shared(&self) -> &SharedCalls;
+    /// Which library answers, for error messages ([`Driver::library`]).
+    fn library(&self) -> &str;
     /// The driver's error name and description of `status`.
     fn describe(&self, status: i32) -> (String, String);
     fn set_device(&self, ordinal: i32) -> GpuResult<()>;
@@ -94,6 +109,16 @@ trait Backend: Send + Sync {
     /// # Safety
     /// `src..src + dst.len()` lies in one live allocation of this driver.
     unsafe fn copy_to_host(&self, dst: &mut [u8], src: usize) -> GpuResult<()>;
+    /// Allocates `bytes` (> 0) of page-locked host memory that is mapped into the address space
+    /// of every device (portable) and coherent (device writes reach the host without a copy or
+    /// a synchronization). Never freed: its one user lives as long as the process.
+    fn alloc_mapped_host(&self, bytes: usize) -> GpuResult<MappedHostMemory>;
+
+    /// Waits for all work on the current device. A method, not only a shared call, so that the
+    /// mock backend can count the host round trips it stands for.
+    fn synchronize(&self) -> GpuResult<()> {
+        synchronize_through_shared_call(self)
+    }
 
     /// `Ok` for a zero status, else the [`GpuError`] of `call` with the driver's wording.
     fn check(&self, call: &'static str, status: i32) -> GpuResult<()> {
@@ -107,8 +132,17 @@ trait Backend: Send + Sync {
             status,
             &name,
             &description,
+            self.library(),
         ))
     }
+}
+
+/// [`Backend::synchronize`] through [`SharedCalls::synchronize`] (`hipDeviceSynchronize` /
+/// `cuCtxSynchronize`).
+fn synchronize_through_shared_call<B: Backend + ?Sized>(backend: &B) -> GpuResult<()> {
+    let Call { name, function } = backend.shared().synchronize;
+    // SAFETY: no arguments.
+    backend.check(name, unsafe { function() })
 }
 
 /// A loaded driver library with its function pointers resolved once. Only the process-wide
@@ -116,6 +150,12 @@ trait Backend: Send + Sync {
 /// library and every function pointer taken from it stay valid for the whole process.
 pub struct Driver {
     backend: Box<dyn Backend>,
+    /// Allocated by the first [`Driver::fault_word`] that succeeds.
+    fault_word: OnceLock<FaultWord>,
+    /// Held while allocating `fault_word`, so that two first calls allocate one word. A failed
+    /// allocation is not cached: CUDA fails on a thread without a current context, and a later
+    /// call on another thread may succeed.
+    fault_word_allocation: Mutex<()>,
 }
 
 /// Returns the driver cached in `cell`, opening it on first use; a failure is cached too (the
@@ -124,21 +164,32 @@ fn cached(
     cell: &'static OnceLock<GpuResult<Driver>>,
     open: fn() -> GpuResult<Box<dyn Backend>>,
 ) -> GpuResult<&'static Driver> {
-    let driver = cell.get_or_init(|| open().map(|backend| Driver { backend }));
+    let driver = cell.get_or_init(|| open().map(Driver::new));
     driver.as_ref().map_err(Clone::clone)
 }
 
 impl Driver {
-    /// The HIP runtime: `libamdhip64.so`, else `.so.7`, else `.so.6`. Loaded once per process;
-    /// an `Err` with every dlopen error when absent.
+    fn new(backend: Box<dyn Backend>) -> Driver {
+        Driver {
+            backend,
+            fault_word: OnceLock::new(),
+            fault_word_allocation: Mutex::new(()),
+        }
+    }
+
+    /// The HIP runtime: the one the process has loaded already (`libamdhip64.so.7`, `.so.6` or
+    /// `.so`, linked by the program or by Candle), so that its streams are ours; else
+    /// `libamdhip64.so`, `.so.7`, `.so.6`, loaded here. Decided once per process, on first use;
+    /// an `Err` with every dlopen error when absent. [`Driver::library`] says which file it is.
     pub fn hip() -> GpuResult<&'static Driver> {
         static HIP: OnceLock<GpuResult<Driver>> = OnceLock::new();
         cached(&HIP, hip::open)
     }
 
-    /// The CUDA driver: `libcuda.so.1`, else `libcuda.so`, initialized with `cuInit(0)`. Loaded
-    /// once per process; an `Err` when absent or when `cuInit` fails (except for "no device",
-    /// which [`Driver::device_count`] reports as 0 devices).
+    /// The CUDA driver: `libcuda.so.1` or `libcuda.so`, the one already loaded in the process if
+    /// any, else loaded here; initialized with `cuInit(0)`. Decided once per process; an `Err`
+    /// when absent or when `cuInit` fails (except for "no device", which
+    /// [`Driver::device_count`] reports as 0 devices).
     pub fn cuda() -> GpuResult<&'static Driver> {
         static CUDA: OnceLock<GpuResult<Driver>> = OnceLock::new();
         cached(&CUDA, cuda::open)
@@ -147,6 +198,13 @@ impl Driver {
     /// Which API this driver speaks.
     pub fn api(&self) -> Api {
         self.backend.api()
+    }
+
+    /// Which library this driver calls and who loaded it, e.g. `HIP runtime
+    /// /opt/rocm-7.0.0/lib/libamdhip64.so.7.0.70000, already loaded by the process` (or
+    /// `loaded by flash-attn-rocm`). Every failed driver status's message ends with it.
+    pub fn library(&self) -> &str {
+        self.backend.library()
     }
 
     /// Makes device `ordinal` current on this thread (HIP: `hipSetDevice`; CUDA: the device's
@@ -170,7 +228,15 @@ impl Driver {
         self.backend.device_count()
     }
 
-    /// Compute units (AMD) or streaming multiprocessors (NVIDIA) of device `ordinal`.
+    /// The units that run workgroups side by side on device `ordinal`, counted as the key-split
+    /// heuristic expects them:
+    /// - NVIDIA: streaming multiprocessors (132 on an H100 SXM).
+    /// - AMD CDNA (gfx9: gfx90a, gfx942, gfx950): compute units (304 on an MI300X, 110 on one
+    ///   MI250X die), as HIP reports them.
+    /// - AMD gfx10 and later (RDNA2/3/4): compute units too (96 on an RX 7900 XTX), although
+    ///   HIP reports work-group processors (two CUs each: 48) while its default WGP mode is on.
+    ///
+    /// See `compute_units` in `src/gpu/compute_units.rs` for how HIP's figures are read.
     pub fn multiprocessor_count(&self, ordinal: i32) -> GpuResult<u32> {
         let count = self.backend.multiprocessor_count(ordinal)?;
         u32::try_from(count).map_err(|_| {
@@ -189,9 +255,7 @@ impl Driver {
     /// Waits for all work on the current device; errors of earlier asynchronous launches surface
     /// here (`hipDeviceSynchronize` / `cuCtxSynchronize`).
     pub fn synchronize(&self) -> GpuResult<()> {
-        let Call { name, function } = self.backend.shared().synchronize;
-        // SAFETY: no arguments.
-        self.backend.check(name, unsafe { function() })
+        self.backend.synchronize()
     }
 }
 

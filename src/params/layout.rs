@@ -110,7 +110,9 @@ impl Shapes {
                 "flash-attn: head_dim must be a multiple of 8 in 8..={MAX_HEAD_DIM}, got {head_dim}"
             )
         }
-        if num_heads_k == 0 || num_heads % num_heads_k != 0 {
+        // Zero q heads would pass the divisibility test and leave a GQA group of 0 (a division
+        // by zero further on): a call needs at least one head on each side.
+        if num_heads == 0 || num_heads_k == 0 || num_heads % num_heads_k != 0 {
             candle::bail!(
                 "flash-attn: the number of k/v heads {num_heads_k} must divide the number of q heads {num_heads}"
             )

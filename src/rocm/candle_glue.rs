@@ -10,10 +10,11 @@
 //! ([`super::dispatch`]); the Triton ones are launched through HIP loaded at run time
 //! ([`crate::gpu`]) on the same stream.
 //!
-//! Side tensors: the call is first validated by shape only ([`AttnCall::on_device`]): CK calls
-//! never copy seqlens or block tables to the host; the device-side guard ([`super::guard`])
-//! clamps them on the stream before CK reads them. Calls served by the Triton kernels are
-//! validated on the host as before (one device-to-host copy per varlen/paged call).
+//! Side tensors: the call is validated by shape only ([`AttnCall::on_device`]): no call copies
+//! seqlens or block tables to the host. On the CK path the device-side guard
+//! ([`super::guard`]) clamps them on the stream before CK reads them; the Triton kernels check
+//! them as they read them. Both report out-of-range values through mapped host memory, read
+//! by the next call.
 //!
 //! Ordering: that backend queues every operation of a device on the device's single stream and
 //! recycles a freed buffer into the next allocation without synchronizing. Launching on that
@@ -71,23 +72,37 @@ fn run(
     }
     let dtypes = [q.slice.dtype(), k.slice.dtype(), v.slice.dtype()];
     let call = AttnCall::on_device(req, dtypes, q_l, k_l, v_l)?;
-    let out_len = call.total_q * call.num_heads * call.head_dim;
-    let stream = dev.stream().as_raw();
-    // HIP's current device is per thread: make q's current (a thread-local store) so that the
-    // device queries and launches below act on it.
+    // HIP's current device is per thread: make q's current so that the device queries and
+    // launches below act on it, and give the caller's thread its own device back afterwards.
     let driver = crate::gpu::Driver::hip()?;
     let DeviceLocation::Rocm { gpu_id } = dev.location() else {
         candle::bail!("flash-attn-rocm: q's storage is not on a ROCm device")
     };
-    driver.set_device(gpu_id as i32)?;
+    let (out, lse) = crate::gpu::with_device(driver, gpu_id as i32, || queue(driver, req, &call, q, k, v, want_lse))?;
+    Ok((out, lse, call))
+}
+
+/// Allocates the outputs of `call` and queues its kernels on q's device, which is current.
+fn queue(
+    driver: &'static crate::gpu::Driver,
+    req: &Request<'_>,
+    call: &AttnCall,
+    q: &RocmStorage,
+    k: &RocmStorage,
+    v: &RocmStorage,
+    want_lse: bool,
+) -> Result<(RocmStorage, Option<RocmStorage>)> {
+    let dev = &q.device;
+    let out_len = call.total_q * call.num_heads * call.head_dim;
+    let stream = dev.stream().as_raw();
     let (_, info) = crate::triton::current_device(driver)?;
     let built = Built { ck_archs: super::CK_ARCHS, ck_hdims: super::CK_HDIMS, ck_splitkv_hdims: super::CK_SPLITKV_HDIMS, triton: crate::triton::KERNELS };
-    let family = choose(&call, &info.arch, KernelChoice::from_env()?, &built)?;
-    // The Triton kernels take host-validated side tensors.
-    let call = match family {
-        KernelFamily::Triton(_) if call.seqs.unread().is_some() => AttnCall::new(req, dtypes, q_l, k_l, v_l)?,
-        _ => call,
-    };
+    let family = choose(call, &info.arch, KernelChoice::from_env()?, &built)?;
+    // Both families read the seqlens and block table where they lie, on the device, and check
+    // them there (CK: the guard kernel; Triton: the kernels themselves). Out-of-range values
+    // found by an earlier call of either family fail this one, without synchronizing.
+    super::take_side_tensor_errors()?;
+    crate::triton::take_faults(driver)?;
     // Rows of sequences are written by the kernels; rows past the last sequence get what the
     // CPU backend returns (output 0, LSE -inf). CK is not launched for a call without keys
     // (flash-attention's CK backend skips seqlen_k == 0), so its rows are prefilled too. With
@@ -123,23 +138,21 @@ fn run(
             stream: stream as usize,
             ..DeviceBuffers::default()
         };
-        attach_side_tensors(req, &call, dev, &mut buffers)?;
+        attach_side_tensors(req, call, dev, &mut buffers)?;
         match family {
-            KernelFamily::Ck => launch_ck(&call, dev, info.units, buffers)?,
-            KernelFamily::Triton(kernels) => launch_triton(driver, &call, dev, kernels, info.units, buffers)?,
+            KernelFamily::Ck => launch_ck(call, dev, info.units, buffers)?,
+            KernelFamily::Triton(kernels) => launch_triton(driver, call, dev, kernels, info.units, buffers)?,
         }
     }
     let out = RocmStorage { slice: out, device: dev.clone() };
     let lse = lse.filter(|_| want_lse).map(|l| RocmStorage { slice: RocmStorageSlice::F32(l), device: dev.clone() });
-    Ok((out, lse, call))
+    Ok((out, lse))
 }
 
 /// Queues CK's kernels; paged calls split their keys over the device's `units` compute units
 /// (cached per device), with accumulators from candle's allocator, freed once queued, which
 /// the stream orders after the kernel.
 fn launch_ck(call: &AttnCall, dev: &RocmDevice, units: usize, mut buffers: DeviceBuffers) -> Result<()> {
-    // Out-of-range side tensors of an earlier call, found by its guard since.
-    super::take_side_tensor_errors()?;
     let guard_scratch = (call.mode != Mode::Batch).then(|| dev.alloc::<u32>(guard_scratch_len(call))).transpose()?;
     let guard = match &guard_scratch {
         Some(scratch) => guard_params(call, &buffers, scratch.as_ptr() as usize)?,

@@ -73,11 +73,8 @@ pub fn guarded_buffers(buffers: &DeviceBuffers, guard: &CkSideTensorGuard) -> De
     }
 }
 
-/// `Ok` for no fault bits, else an `Err` naming the side tensors the guard found out of range.
-pub fn faults_to_result(bits: u32) -> Result<()> {
-    if bits == 0 {
-        return Ok(());
-    }
+/// The side tensors (with what was wrong) that the fault `bits` name.
+pub fn fault_names(bits: u32) -> Vec<&'static str> {
     let names = [
         (SideTensorFault::SeqlensQ, "seqlens_q (steps back, passes the rows of q, or a sequence longer than max_seqlen_q)"),
         (
@@ -86,11 +83,19 @@ pub fn faults_to_result(bits: u32) -> Result<()> {
         ),
         (SideTensorFault::BlockTable, "block_table (a block id outside the k/v cache)"),
     ];
-    let found: Vec<&str> = names.iter().filter(|(f, _)| bits & f.repr != 0).map(|(_, n)| *n).collect();
+    names.iter().filter(|(f, _)| bits & f.repr != 0).map(|(_, n)| *n).collect()
+}
+
+/// `Ok` for no fault bits, else an `Err` naming the side tensors an earlier call (CK's guard or
+/// the Triton kernels) found out of range.
+pub fn faults_to_result(bits: u32) -> Result<()> {
+    if bits == 0 {
+        return Ok(());
+    }
     candle::bail!(
-        "flash-attn-rocm: an earlier CK call (not this one) had out-of-range values in {}; the guard replaced them \
+        "flash-attn-rocm: an earlier call (not this one) had out-of-range values in {}; the kernels replaced them \
          (affected sequences were computed as empty, their output rows are zeros) and this call was not run",
-        found.join(" and ")
+        fault_names(bits).join(" and ")
     )
 }
 
@@ -183,6 +188,7 @@ mod tests {
         mm_prefix: 0,
         mm_prefix_row_stride: 0,
         stream: 0x8000,
+        fault: 0,
     };
 
     #[test]
@@ -257,6 +263,6 @@ mod tests {
         faults_to_result(0).unwrap();
         let err = faults_to_result(SideTensorFault::SeqlensK.repr | SideTensorFault::BlockTable.repr).unwrap_err().to_string();
         assert!(err.contains("seqlens_k") && err.contains("block_table") && !err.contains("seqlens_q"), "{err}");
-        assert!(err.contains("earlier CK call"), "{err}");
+        assert!(err.contains("earlier call"), "{err}");
     }
 }

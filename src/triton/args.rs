@@ -52,6 +52,8 @@ kernel_args! {
         block_table: ptr = "BlockTable",
         alibi_slopes: ptr = "AlibiSlopes",
         mm_prefix: ptr = "MmPrefix",
+        /// The fault word (u32, mapped host memory) out-of-range side tensors are reported to.
+        fault: ptr = "Fault",
         sm_scale: f32 = "sm_scale",
         softcap: f32 = "softcap",
         stride_qb: i64 = "stride_qb",
@@ -76,12 +78,18 @@ kernel_args! {
         rows_per_batch: i32 = "rows_per_batch",
         /// Rows of the output (`b * s_q` or `total_q`).
         total_rows: i32 = "total_rows",
+        /// Varlen: the rows of k/v a sequence may reach (`i32::MAX` when paged).
+        kv_rows: i32 = "kv_rows",
+        /// Varlen: the most keys a sequence may have (max_seqlen_k, and what its block-table row holds).
+        kv_len_cap: i32 = "kv_len_cap",
         num_heads: i32 = "num_heads",
         num_heads_k: i32 = "num_heads_k",
         head_dim: i32 = "head_dim",
         window_left: i32 = "window_left",
         window_right: i32 = "window_right",
         page_size: i32 = "page_size",
+        /// Paged: blocks in the k/v cache (the range of a valid block id).
+        num_blocks: i32 = "num_blocks",
         has_softcap: i32 = "has_softcap",
         has_alibi: i32 = "has_alibi",
         num_mm_ranges: i32 = "num_mm_ranges",
@@ -92,19 +100,27 @@ kernel_args! {
 }
 
 kernel_args! {
-    /// `attn_merge`'s arguments.
+    /// `attn_merge`'s arguments: the output and sequence arguments of the same call's `attn_fwd`.
     pub struct MergeArgs {
         out: ptr = "Out",
         lse: ptr = "Lse",
         o_acc: ptr = "OAcc",
         l_acc: ptr = "LAcc",
+        cu_seqlens_q: ptr = "CuSeqQ",
+        cu_seqlens_k: ptr = "CuSeqK",
         stride_om: i32 = "stride_om",
         stride_oh: i32 = "stride_oh",
         stride_lb: i32 = "stride_lb",
         stride_lh: i32 = "stride_lh",
+        is_varlen: i32 = "is_varlen",
+        seqlen_q: i32 = "seqlen_q",
+        seqlen_k: i32 = "seqlen_k",
         rows_per_batch: i32 = "rows_per_batch",
         total_rows: i32 = "total_rows",
+        kv_rows: i32 = "kv_rows",
+        kv_len_cap: i32 = "kv_len_cap",
         num_heads: i32 = "num_heads",
+        num_heads_k: i32 = "num_heads_k",
         head_dim: i32 = "head_dim",
         num_splits: i32 = "num_splits",
     }

@@ -72,7 +72,9 @@ fn function(driver: &'static Driver, device: DeviceKey, image: &'static KernelIm
 
 /// Queues `plan` for `call` on `buffers.stream` of the current device: the attention kernel,
 /// then the merge when the keys are split. Returns once queued; errors of the kernels surface at
-/// the stream's next synchronization.
+/// the stream's next synchronization, out-of-range side tensors at [`take_faults`]. `call` may
+/// leave its seqlens and block table unread ([`AttnCall::on_device`]): the kernels check them.
+/// `buffers.fault` is set here (the driver's fault word).
 ///
 /// # Safety
 /// Every address in `buffers` must be a device allocation of the current device large enough
@@ -84,7 +86,8 @@ pub unsafe fn launch(driver: &'static Driver, call: &AttnCall, plan: &Plan, buff
         return Ok(());
     }
     let (device, _) = current_device(driver)?;
-    let fwd = fwd_args(call, buffers, plan)?;
+    let buffers = DeviceBuffers { fault: driver.fault_word()?.device_addr(), ..*buffers };
+    let fwd = fwd_args(call, &buffers, plan)?;
     // SAFETY: the argument list is the kernel's parameter list (FwdArgs mirrors attn_fwd, checked
     // by a test against the source), the grid is the plan's, and the caller upholds the buffer
     // and stream contract above.
@@ -95,6 +98,14 @@ pub unsafe fn launch(driver: &'static Driver, call: &AttnCall, plan: &Plan, buff
         unsafe { run(driver, device, plan.kernels.merge, plan.merge_grid, merge.values(), buffers.stream) }?;
     }
     Ok(())
+}
+
+/// `Err` naming the side tensors that held out-of-range values in calls queued on `driver`
+/// since the last check (and clears the record); the kernels replaced them (the sequences they
+/// broke were computed as empty). Reads the fault word in mapped host memory: no
+/// synchronization, so a call still queued reports at a later check.
+pub fn take_faults(driver: &'static Driver) -> Result<()> {
+    crate::rocm::faults_to_result(driver.fault_word()?.take())
 }
 
 /// # Safety

@@ -24,7 +24,8 @@ pub struct Plan {
     pub num_splits: usize,
     /// Keys per split (a multiple of the tile's BLOCK_N).
     pub split_len: usize,
-    /// `attn_merge`'s grid, used when `num_splits > 1`.
+    /// `attn_merge`'s grid, used when `num_splits > 1`: `attn_fwd`'s query blocks re-cut to
+    /// the merge's rows per program, over the same sequences and k/v heads.
     pub merge_grid: [u32; 3],
 }
 
@@ -32,22 +33,27 @@ impl Plan {
     /// Grid and splits for `call` on a device with `units` compute units (CUs / SMs).
     pub fn new(call: &AttnCall, kernels: Kernels, units: usize) -> Result<Self> {
         let fwd: &KernelImage = kernels.fwd;
-        let rows = call.max_seqlen_q * call.group_size();
+        // No query rows at all (a varlen q of zero rows, whatever max_seqlen_q says): nothing to
+        // launch, so nothing to split either.
+        let rows = if call.total_q == 0 { 0 } else { call.max_seqlen_q * call.group_size() };
         let blocks_m = rows.div_ceil(fwd.block_m as usize);
         let heads = call.batch * call.num_heads_k;
-        let (num_splits, split_len) = split::choose(blocks_m * heads, call.max_seqlen_k, fwd.block_n as usize, units);
+        let (num_splits, split_len) = match blocks_m {
+            0 => (1, call.max_seqlen_k.max(1).next_multiple_of(fwd.block_n as usize)),
+            _ => split::choose(blocks_m * heads, call.max_seqlen_k, fwd.block_n as usize, units),
+        };
         if heads > MAX_GRID_YZ {
             candle::bail!(
                 "flash-attn-rocm: batch x k/v heads = {heads} exceeds the grid limit {MAX_GRID_YZ} of the Triton path"
             )
         }
-        let pairs = call.total_q * call.num_heads;
+        let merge_blocks = rows.div_ceil(kernels.merge.block_m as usize);
         Ok(Self {
             kernels,
             grid: [u32_of("query blocks", blocks_m)?, heads as u32, num_splits as u32],
             num_splits,
             split_len,
-            merge_grid: [u32_of("merge blocks", pairs.div_ceil(kernels.merge.block_m as usize))?, 1, 1],
+            merge_grid: [u32_of("merge blocks", merge_blocks)?, heads as u32, 1],
         })
     }
 
@@ -75,8 +81,16 @@ pub fn fwd_args(call: &AttnCall, buffers: &DeviceBuffers, plan: &Plan) -> Result
     if buffers.lse == 0 {
         candle::bail!("flash-attn-rocm: the Triton kernels always write the LSE: pass an f32 buffer of lse_dims()")
     }
-    if plan.num_splits > 1 && (buffers.lse_acc == 0 || buffers.o_acc == 0) {
-        candle::bail!("flash-attn-rocm: a split call needs the accumulators of Plan::scratch_lens")
+    if buffers.fault == 0 {
+        candle::bail!("flash-attn-rocm: the Triton kernels report bad side tensors to a fault word: pass Driver::fault_word's address")
+    }
+    if plan.num_splits > 1 {
+        if buffers.lse_acc == 0 || buffers.o_acc == 0 {
+            candle::bail!("flash-attn-rocm: a split call needs the accumulators of Plan::scratch_lens")
+        }
+        // The merge reads o_acc rows (head_dim f32, a multiple of 4) as 16-byte vectors.
+        aligned_f32("o_acc", buffers.o_acc)?;
+        aligned_f32("lse_acc", buffers.lse_acc)?;
     }
     let q = aligned("q", buffers.q + call.q.offset * ELEM, &[call.q.batch_stride, call.q.row_stride, call.q.head_stride])?;
     let k = aligned("k", buffers.k + call.k.offset * ELEM, &[call.k.batch_stride, call.k.row_stride, call.k.head_stride])?;
@@ -108,6 +122,16 @@ pub fn fwd_args(call: &AttnCall, buffers: &DeviceBuffers, plan: &Plan) -> Result
     }
     let (stride_lb, stride_lh) = if group { (0, call.total_q) } else { (h * call.max_seqlen_q, call.max_seqlen_q) };
     let paging = call.seqs.paging.as_ref();
+    // Bounds the kernels check each sequence's cumulative seqlens against (varlen modes).
+    let kv_rows = match (paging, call.seqs.unread()) {
+        (Some(_), _) => i32::MAX as usize,
+        (None, Some(unread)) => unread.rows_k,
+        (None, None) => call.seqs.iter().map(|s| s.k_start + s.k_len).max().unwrap_or(0),
+    };
+    let kv_len_cap = match paging {
+        Some(p) => call.max_seqlen_k.min(p.max_blocks.saturating_mul(p.page_block_size)),
+        None => call.max_seqlen_k,
+    };
     let mm = call.mm_prefix.as_ref();
     Ok(FwdArgs {
         q,
@@ -122,6 +146,7 @@ pub fn fwd_args(call: &AttnCall, buffers: &DeviceBuffers, plan: &Plan) -> Result
         block_table: if paging.is_some() { buffers.block_table as u64 } else { 0 },
         alibi_slopes: if call.alibi.is_some() { buffers.alibi_slopes as u64 } else { 0 },
         mm_prefix: if mm.is_some() { buffers.mm_prefix as u64 } else { 0 },
+        fault: buffers.fault as u64,
         sm_scale: call.softmax_scale,
         softcap: call.softcap.unwrap_or(0.0),
         stride_qb: call.q.batch_stride as i64,
@@ -144,12 +169,15 @@ pub fn fwd_args(call: &AttnCall, buffers: &DeviceBuffers, plan: &Plan) -> Result
         seqlen_k: int("seqlen_k", call.max_seqlen_k)?,
         rows_per_batch: if group { 0 } else { int("seqlen_q", call.max_seqlen_q)? },
         total_rows: int("rows", call.total_q)?,
+        kv_rows: int("rows of k", kv_rows.min(i32::MAX as usize))?,
+        kv_len_cap: int("keys per sequence", kv_len_cap)?,
         num_heads: int("heads", h)?,
         num_heads_k: int("k/v heads", call.num_heads_k)?,
         head_dim: int("head dim", d)?,
         window_left: call.window.left,
         window_right: call.window.right,
         page_size: int("page_block_size", paging.map_or(1, |p| p.page_block_size))?,
+        num_blocks: int("k/v blocks", paging.map_or(0, |p| p.num_blocks))?,
         has_softcap: call.softcap.is_some() as i32,
         has_alibi: call.alibi.is_some() as i32,
         num_mm_ranges: int("mm_prefix ranges", mm.map_or(0, |m| m.max_ranges))?,
@@ -165,16 +193,32 @@ pub fn merge_args(fwd: &FwdArgs) -> MergeArgs {
         lse: fwd.lse,
         o_acc: fwd.o_acc,
         l_acc: fwd.l_acc,
+        cu_seqlens_q: fwd.cu_seqlens_q,
+        cu_seqlens_k: fwd.cu_seqlens_k,
         stride_om: fwd.stride_om,
         stride_oh: fwd.stride_oh,
         stride_lb: fwd.stride_lb,
         stride_lh: fwd.stride_lh,
+        is_varlen: fwd.is_varlen,
+        seqlen_q: fwd.seqlen_q,
+        seqlen_k: fwd.seqlen_k,
         rows_per_batch: fwd.rows_per_batch,
         total_rows: fwd.total_rows,
+        kv_rows: fwd.kv_rows,
+        kv_len_cap: fwd.kv_len_cap,
         num_heads: fwd.num_heads,
+        num_heads_k: fwd.num_heads_k,
         head_dim: fwd.head_dim,
         num_splits: fwd.num_splits,
     }
+}
+
+/// Checks that an f32 accumulator starts on a 16-byte boundary.
+fn aligned_f32(name: &str, addr: usize) -> Result<()> {
+    if addr % ALIGN_BYTES != 0 {
+        candle::bail!("flash-attn-rocm: the split accumulator {name} (address {addr:#x}) must be 16-byte aligned")
+    }
+    Ok(())
 }
 
 /// `addr` as a kernel pointer after checking it and the element `strides` allow 16-byte rows.

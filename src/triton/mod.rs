@@ -21,7 +21,7 @@ pub mod split;
 
 pub use args::{ArgValue, FwdArgs, MergeArgs};
 #[cfg(feature = "triton")]
-pub use launch::{current_device, launch, plan, DeviceInfo};
+pub use launch::{current_device, launch, plan, take_faults, DeviceInfo};
 pub use marshal::{fwd_args, merge_args, Plan};
 pub use registry::{Family, KernelDtype, KernelImage, Tile, KERNELS};
 pub use select::{embedded_targets, needs_extras, select, Kernels, DECODE_ROWS};

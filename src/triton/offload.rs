@@ -1,7 +1,13 @@
 //! Verification: runs the flash-attention calls made on CPU tensors inside [`run_on_gpu`] on a
 //! GPU through the Triton path (upload, launch, download), so that every public function can be
 //! checked against the CPU backend on any machine with a GPU driver, with no Candle GPU device.
-use super::{launch, plan};
+//!
+//! It takes the product path's view of the side tensors: seqlens and block tables are checked by
+//! shape only ([`AttnCall::on_device`]) and their values by the kernels, which report bad ones to
+//! the fault word; a call reports the faults of earlier calls ([`super::take_faults`]) before it
+//! runs, as a Candle device's call does. The split accumulators start as NaN, as recycled memory
+//! may, so that a kernel reading an accumulator it never wrote shows.
+use super::{launch, plan, take_faults};
 use crate::gpu::{DeviceBuffer, Driver};
 use crate::params::{AttnCall, Request};
 use crate::rocm::DeviceBuffers;
@@ -77,7 +83,8 @@ pub(crate) fn forward(
     (k, k_l): (&CpuStorage, &Layout),
     (v, v_l): (&CpuStorage, &Layout),
 ) -> Result<(CpuStorage, Vec<f32>, AttnCall)> {
-    let call = AttnCall::new(req, [q.dtype(), k.dtype(), v.dtype()], q_l, k_l, v_l)?;
+    let call = AttnCall::on_device(req, [q.dtype(), k.dtype(), v.dtype()], q_l, k_l, v_l)?;
+    take_faults(driver)?;
     let plan = plan(driver, &call)?;
     let (q_d, k_d, v_d) = (upload(driver, bytes(q)?)?, upload(driver, bytes(k)?)?, upload(driver, bytes(v)?)?);
     let out_len = call.total_q * call.num_heads * call.head_dim;
@@ -87,7 +94,7 @@ pub(crate) fn forward(
     let lse_init: Vec<f32> = vec![f32::NEG_INFINITY; lse_len];
     let lse_d = upload(driver, bytes(&CpuStorage::F32(lse_init))?)?;
     let (l_len, o_len) = plan.scratch_lens(&call);
-    let (l_acc, o_acc) = (driver.malloc(l_len * 4)?, driver.malloc(o_len * 4)?);
+    let (l_acc, o_acc) = (upload(driver, &vec![0xff; l_len * 4])?, upload(driver, &vec![0xff; o_len * 4])?);
     let mut buffers = DeviceBuffers {
         q: q_d.addr(),
         k: k_d.addr(),

@@ -36,4 +36,5 @@ pub const FAKE_BUFFERS: DeviceBuffers = DeviceBuffers {
     mm_prefix: 0x7500_0000,
     mm_prefix_row_stride: 0,
     stream: 0xabc0,
+    fault: 0xfa00,
 };

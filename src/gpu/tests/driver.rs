@@ -1,9 +1,9 @@
 //! The common `Driver` logic (status checks, buffers, modules, launches) over the mock backend.
 
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::mock::{mock_driver, MOCK_LIMIT, MOCK_OUT_OF_MEMORY, MODULES_UNLOADED};
+use super::mock::{mock_driver, MOCK_LIBRARY, MOCK_LIMIT, MOCK_OUT_OF_MEMORY, MODULES_UNLOADED};
 use crate::gpu::*;
 
 #[test]
@@ -78,8 +78,9 @@ fn driver_statuses_become_errors_with_the_driver_wording() {
     );
     assert_eq!(
         error.to_string(),
-        "mockMalloc failed: mockError2 (2): described by the mock driver"
+        "mockMalloc failed: mockError2 (2): described by the mock driver (mock driver library)"
     );
+    assert_eq!(driver.library(), MOCK_LIBRARY);
 }
 
 #[test]
@@ -111,6 +112,7 @@ fn handles_are_send_and_sync() {
     assert_send_sync::<Module>();
     assert_send_sync::<Function>();
     assert_send_sync::<Driver>();
+    assert_send_sync::<FaultWord>();
 }
 
 #[test]
@@ -132,7 +134,7 @@ fn launches_pass_args_as_kernel_params_and_check_the_status() {
     let error = launch(0, &mut [&mut value as *mut i32 as *mut c_void]).unwrap_err();
     assert_eq!(
         error.to_string(),
-        "mockLaunch failed: mockError42 (42): described by the mock driver"
+        "mockLaunch failed: mockError42 (42): described by the mock driver (mock driver library)"
     );
 }
 
@@ -141,4 +143,49 @@ fn shared_calls_reach_the_driver() {
     let (driver, _state) = mock_driver();
     assert_eq!(driver.current_device().unwrap(), 3);
     driver.synchronize().unwrap();
+}
+
+#[test]
+fn host_round_trips_are_counted() {
+    let (driver, state) = mock_driver();
+    let buffer = driver.malloc(4).unwrap();
+    driver.copy_to_device(&buffer, &[1, 2, 3, 4]).unwrap();
+    assert_eq!(state.copies_to_host.load(Ordering::SeqCst), 0);
+    assert_eq!(state.synchronizes.load(Ordering::SeqCst), 0);
+    driver.copy_to_host(&mut [0; 4], &buffer).unwrap();
+    driver.copy_to_host(&mut [], &buffer).unwrap(); // empty: never reaches the driver
+    driver.synchronize().unwrap();
+    assert_eq!(state.copies_to_host.load(Ordering::SeqCst), 1);
+    assert_eq!(state.synchronizes.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn the_fault_word_is_allocated_once_and_read_in_place() {
+    let (driver, state) = mock_driver();
+    let word = driver.fault_word().unwrap();
+    assert!(std::ptr::eq(word, driver.fault_word().unwrap()));
+    assert_eq!(state.mapped_host_allocations.load(Ordering::SeqCst), 1);
+    assert_eq!(word.take(), 0, "allocated zeroed");
+    // A kernel's atomic_or at the device address (the mock's device address is the host's).
+    // SAFETY: the mapped word is a live, 4-aligned u32 that is only accessed atomically.
+    let device_word = unsafe { AtomicU32::from_ptr(word.device_addr() as *mut u32) };
+    device_word.fetch_or(0b0101, Ordering::SeqCst);
+    device_word.fetch_or(0b0010, Ordering::SeqCst);
+    assert_eq!(word.take(), 0b0111);
+    assert_eq!(word.take(), 0, "take clears");
+    assert_eq!(state.copies_to_host.load(Ordering::SeqCst), 0);
+    assert_eq!(state.synchronizes.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn concurrent_first_calls_share_one_fault_word() {
+    let (driver, state) = mock_driver();
+    let addresses: Vec<usize> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..8)
+            .map(|_| scope.spawn(|| driver.fault_word().unwrap().device_addr()))
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    assert!(addresses.iter().all(|&addr| addr == addresses[0]));
+    assert_eq!(state.mapped_host_allocations.load(Ordering::SeqCst), 1);
 }

@@ -14,7 +14,15 @@ pub(super) struct MockState {
     /// Live allocations: address -> size.
     pub(super) allocations: Mutex<HashMap<usize, usize>>,
     pub(super) mallocs: AtomicUsize,
+    /// Host round trips, so that a test can assert that a launch path made none.
+    pub(super) copies_to_host: AtomicUsize,
+    pub(super) synchronizes: AtomicUsize,
+    /// Mapped host allocations (leaked, like the drivers' ones that are never freed).
+    pub(super) mapped_host_allocations: AtomicUsize,
 }
+
+/// What [`Driver::library`] says of the mock, and what its errors end with.
+pub(super) const MOCK_LIBRARY: &str = "mock driver library";
 
 /// A backend over host memory: device addresses are host addresses.
 struct MockBackend {
@@ -107,12 +115,7 @@ pub(super) fn mock_driver() -> (Driver, Arc<MockState>) {
         state: state.clone(),
         shared,
     };
-    (
-        Driver {
-            backend: Box::new(backend),
-        },
-        state,
-    )
+    (Driver::new(Box::new(backend)), state)
 }
 
 impl Backend for MockBackend {
@@ -121,6 +124,9 @@ impl Backend for MockBackend {
     }
     fn shared(&self) -> &SharedCalls {
         &self.shared
+    }
+    fn library(&self) -> &str {
+        MOCK_LIBRARY
     }
     fn describe(&self, status: i32) -> (String, String) {
         let name = format!("mockError{status}");
@@ -169,8 +175,27 @@ impl Backend for MockBackend {
         Ok(())
     }
     unsafe fn copy_to_host(&self, dst: &mut [u8], src: usize) -> GpuResult<()> {
+        self.state.copies_to_host.fetch_add(1, Ordering::SeqCst);
         // SAFETY: the caller guarantees that src..src+len lies in a live allocation.
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
         Ok(())
+    }
+    /// Leaked host memory whose device address is its host address, as on the real drivers
+    /// under unified addressing; u64 elements give the alignment drivers give (a page, at least 8).
+    fn alloc_mapped_host(&self, bytes: usize) -> GpuResult<MappedHostMemory> {
+        assert!(bytes > 0, "mapped host memory of 0 bytes");
+        self.state
+            .mapped_host_allocations
+            .fetch_add(1, Ordering::SeqCst);
+        let words = Box::leak(vec![0u64; bytes.div_ceil(8)].into_boxed_slice());
+        let host = words.as_mut_ptr().cast::<c_void>();
+        Ok(MappedHostMemory {
+            host,
+            device_addr: host as usize,
+        })
+    }
+    fn synchronize(&self) -> GpuResult<()> {
+        self.state.synchronizes.fetch_add(1, Ordering::SeqCst);
+        synchronize_through_shared_call(self)
     }
 }

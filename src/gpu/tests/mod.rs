@@ -52,3 +52,25 @@ fn the_cached_result_is_the_same_on_every_call() {
         .map_err(|e| e.to_string());
     assert_eq!(first, second);
 }
+
+/// With a real device (the verification machines), the real driver: it names its library file,
+/// counts its units and maps a fault word. Passes without checking anything elsewhere.
+#[test]
+fn a_present_device_maps_a_fault_word_and_names_its_library() {
+    for driver in [Driver::hip(), Driver::cuda()].into_iter().flatten() {
+        if driver.device_count().unwrap() == 0 {
+            continue;
+        }
+        let kind = match driver.api() {
+            Api::Hip => "HIP runtime /",
+            Api::Cuda => "CUDA driver /",
+        };
+        assert!(driver.library().starts_with(kind), "{}", driver.library());
+        driver.set_device(0).unwrap();
+        assert!(driver.multiprocessor_count(0).unwrap() > 0);
+        let word = driver.fault_word().unwrap();
+        assert_ne!(word.device_addr(), 0);
+        assert_eq!(word.take(), 0, "allocated zeroed");
+        assert!(std::ptr::eq(word, driver.fault_word().unwrap()));
+    }
+}

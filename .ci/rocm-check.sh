@@ -2,7 +2,9 @@
 # The ROCm compile checks, in the Debian sid ROCm chroot (created or reused outside the repo by
 # scripts/rocm-chroot.sh); no GPU needed. Needs root.
 #
-#  0. The side-tensor guard's clamping rules (tests/cpp/side_tensor_clamp.cpp, g++, a second).
+#  0. The side-tensor guard's clamping rules (tests/cpp/side_tensor_clamp.cpp, g++, a second), and
+#     the shim's HIP error checks (csrc/hip_check.h) against a model of ROCm 6 and 7's last-error
+#     rules (tests/cpp/hip_last_error.cpp with tests/cpp/fake_hip, g++).
 #  1. CK + Triton for gfx942: build and link `--features rocm` (tests/rocm_kernels.rs), check
 #     the CK code objects (scripts/check_code_objects.py: every generated kernel in the linked
 #     binary, MFMA used, no calls in kernels), run the test binary (its tests report a skip).
@@ -20,7 +22,9 @@
 #  2. RDNA (gfx1100, gfx1201): the Triton-only build (no CK, no hipcc) and link, and its test
 #     binary. Head-dim tile 64 only (fp16 and bf16): this proves the build path, embedding and
 #     the no-CK API; step 3 compiles every kernel for these archs.
-#  3. Triton AOT check: kernels/aot.py for gfx90a, gfx942, gfx1100 and gfx1201 with every tile
+#  3. Triton AOT check: the test of aot.py's launch-contract check (tests/python/
+#     test_aot_metadata.py, in the triton venv: it compiles one small kernel for gfx1100), then
+#     kernels/aot.py for gfx90a, gfx942, gfx1100 and gfx1201 with every tile
 #     and dtype, then scripts/check_triton_objects.py on the code objects (every kernel present
 #     and built for its target, WMMA on gfx11/gfx12, MFMA on gfx9; spills reported). Cached
 #     under the chroot's ~/.cache by a hash of kernels/*.py: an unchanged rerun compiles nothing.
@@ -47,6 +51,8 @@ arch="${FLASH_ATTN_ROCM_ARCHS:-gfx942}"
 cache="$HOME/.cache/flash-attn-rocm"
 triton_version="$(sed -n 's/^pub const TRITON_VERSION: &str = "\(.*\)";/\1/p' "$repo/build/python_env.rs")"
 [ -n "$triton_version" ] || { echo "rocm-check: no TRITON_VERSION in build/python_env.rs" >&2; exit 1; }
+# The venv the gfx942 build creates (build/python_env.rs), inside the chroot.
+triton_python="$cache/triton-$triton_version/bin/python"
 start=$SECONDS
 timings=()
 
@@ -100,7 +106,7 @@ aot_compile() {
         echo "rocm-check: reusing $aot_dir (kernels/*.py unchanged)"
         return
     fi
-    local python="$cache/triton-$triton_version/bin/python"
+    local python="$triton_python"
     if ! in_chroot test -x "$python"; then
         echo "rocm-check: no triton venv at $python in the chroot (the gfx942 build creates it)" >&2
         return 1
@@ -130,6 +136,10 @@ mkdir -p "$target"
 # The side-tensor guard's clamping rules (csrc/side_tensor_clamp.h), host-compiled and tested.
 step "side-tensor clamp test (host)" in_chroot sh -c "g++ -std=c++17 -O1 -Wall -Werror -I'$repo/csrc' \
     '$repo/tests/cpp/side_tensor_clamp.cpp' -o '$target/side_tensor_clamp' && '$target/side_tensor_clamp'"
+# The shim's HIP error checks on ROCm 6 and 7 rules; the fake HIP headers come first.
+step "HIP last-error test (host)" in_chroot sh -c "g++ -std=c++17 -O1 -Wall -Werror \
+    -I'$repo/tests/cpp/fake_hip' -I'$repo/csrc' '$repo/tests/cpp/hip_last_error.cpp' \
+    -o '$target/hip_last_error' && '$target/hip_last_error'"
 # Both builds share one target dir, so the dependencies compile once (switching the kernel set
 # recompiles only this crate, in seconds); they also share the test binary's path, so each
 # build's checks run before the next build.
@@ -158,6 +168,8 @@ step "cargo build + link (--features rocm, $RDNA_ARCHS, Triton only)" cargo_buil
     FLASH_ATTN_ROCM_ARCHS="$RDNA_ARCHS" FLASH_ATTN_ROCM_TRITON_DIMS=64 FLASH_ATTN_ROCM_DTYPES=fp16,bf16
 step "test binary ($RDNA_ARCHS)" run_tests "$rdna_messages"
 
+step "aot.py launch-contract test" in_chroot env PYTHONDONTWRITEBYTECODE=1 \
+    "$triton_python" "$repo/tests/python/test_aot_metadata.py"
 step "Triton AOT compile ($AOT_TARGETS)" aot_compile
 step "Triton code-object check ($AOT_TARGETS)" in_chroot python3 "$repo/scripts/check_triton_objects.py" \
     "$aot_dir" --targets "$AOT_TARGETS"

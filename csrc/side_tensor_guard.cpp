@@ -102,16 +102,19 @@ Flag& flag_for_current_device()
 
 void ck_guard_side_tensors(const CkSideTensorGuard& guard)
 {
-    check_hip(hipGetLastError(), "work before flash-attn-rocm (pending error)");
     Flag& flag = flag_for_current_device();
-    hipLaunchKernelGGL(guard_side_tensors,
-                       dim3(1),
-                       dim3(kGuardThreads),
-                       0,
-                       reinterpret_cast<hipStream_t>(guard.stream),
-                       guard,
-                       flag.device);
-    check_hip(hipGetLastError(), "side-tensor guard launch");
+    // hipLaunchKernel returns the launch's own status, so no last-error slot is read (an error
+    // of earlier work is not this launch's; hip_check.h). It copies the arguments at the call.
+    CkSideTensorGuard guard_arg = guard;
+    uint32_t* flag_arg          = flag.device;
+    void* args[]                = {&guard_arg, &flag_arg};
+    launch_kernel(reinterpret_cast<const void*>(&guard_side_tensors),
+                  dim3(1),
+                  dim3(kGuardThreads),
+                  args,
+                  0,
+                  reinterpret_cast<hipStream_t>(guard.stream),
+                  "side-tensor guard launch");
 }
 
 uint32_t ck_take_side_tensor_errors()

@@ -17,6 +17,8 @@ import re
 import sys
 import time
 
+from launch_contract import amdgpu_kernel_facts, launch_args, launch_problems, ptx_kernel_facts, shared_limit
+
 MANIFEST_COLUMNS = [
     "target", "variant", "kernel", "family", "tile", "dtype", "block_d", "even_d", "paged", "extras",
     "block_m", "block_n", "threads", "shared", "scratch_args", "vgpr_spills", "sgpr_spills", "seconds", "file",
@@ -139,19 +141,29 @@ def compile_one(job):
     seconds = time.time() - started
     md = kernel.metadata
     scratch = [getattr(md, "global_scratch_size", 0) or 0, getattr(md, "profile_scratch_size", 0) or 0]
+    # RuntimeError, not SystemExit: this runs in a pool worker, where SystemExit ends the worker
+    # without a result and leaves main() waiting for it forever; the pool re-raises exceptions
+    # in main(), which then fails.
     if any(scratch):
-        raise SystemExit(f"aot.py: {target}/{name} needs scratch memory {scratch}; the launcher passes none")
+        raise RuntimeError(f"aot.py: {target}/{name} needs scratch memory {scratch}; the launcher passes none")
+    threads = warps * target_obj.warp_size
     if kind == "sm90":
         binary, ext, vspill, sspill = kernel.asm["cubin"], "cubin", 0, 0
+        facts = ptx_kernel_facts(kernel.asm["ptx"], md.name)
     else:
         binary, ext = kernel.asm["hsaco"], "hsaco"
         text = kernel.asm["amdgcn"]
         vspill = sum(int(x) for x in re.findall(r"\.vgpr_spill_count:\s+(\d+)", text))
         sspill = sum(int(x) for x in re.findall(r"\.sgpr_spill_count:\s+(\d+)", text))
+        facts = amdgpu_kernel_facts(text, md.name)
+    problems = launch_problems(facts, threads, target_obj.warp_size, launch_args(sig, len(scratch)), md.shared,
+                               shared_limit(kind))
+    if problems:
+        raise RuntimeError(f"aot.py: {target}/{name}: the code object does not fit its launch "
+                           f"(src/triton/launch.rs):\n  " + "\n  ".join(problems))
     rel = f"{target}/{name}.{ext}"
     with open(os.path.join(out_dir, rel), "wb") as f:
         f.write(binary)
-    threads = warps * target_obj.warp_size
     return [target, name, md.name, family, fields["tile"], fields["dtype"], fields["block_d"],
             int(fields["even_d"]), int(fields["paged"]), int(fields["extras"]), bm, bn, threads, md.shared,
             len(scratch), vspill, sspill, f"{seconds:.1f}", rel]
@@ -187,10 +199,14 @@ def main():
     started = time.time()
     rows = []
     with multiprocessing.get_context("spawn").Pool(max(1, args.jobs)) as pool:
-        for done, row in enumerate(pool.imap_unordered(compile_one, jobs), 1):
-            rows.append(row)
-            print(f"aot.py: [{done}/{len(jobs)}] {row[0]} {row[1]} {row[17]} s, {row[15]} VGPR spills",
-                  flush=True)
+        try:
+            for done, row in enumerate(pool.imap_unordered(compile_one, jobs), 1):
+                rows.append(row)
+                print(f"aot.py: [{done}/{len(jobs)}] {row[0]} {row[1]} {row[17]} s, {row[15]} VGPR spills",
+                      flush=True)
+        except RuntimeError as e:
+            # compile_one's refusals (scratch memory, launch contract): the message, not a traceback.
+            raise SystemExit(str(e)) from None
     rows.sort(key=lambda r: (r[0], r[1]))
     with open(os.path.join(args.out, "manifest.tsv"), "w") as f:
         f.write("\t".join(MANIFEST_COLUMNS) + "\n")

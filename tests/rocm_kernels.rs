@@ -109,10 +109,9 @@ fn no_ck_build_says_so() {
 }
 
 /// Without a device, a launch reports the HIP error (hipErrorNoDevice), never a missing
-/// instance. (Issue 8 item 6's own path, a dispatcher whose device query fails after a clean
-/// entry, cannot be reached here: HIP's "no device" is sticky, so the shim's entry check, which
-/// consumes pending errors, reports it first. The shim handles both the same way: it names the
-/// HIP error and consumes it.) Runs only with the HIP runtime and no GPU (CI's chroot).
+/// instance: the dispatcher's own device query fails, and the shim reports the status of CK's
+/// last HIP call (`hipExtGetLastError`) before concluding that no instance matched. Runs only
+/// with the HIP runtime and no GPU (CI's chroot).
 #[test]
 fn without_a_device_the_hip_error_is_reported_not_a_missing_instance() {
     let test = "without_a_device_the_hip_error_is_reported_not_a_missing_instance";

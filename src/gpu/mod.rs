@@ -266,4 +266,4 @@ fn text_or_unknown(text: *const c_char) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -123,7 +123,7 @@ fn queue(
     let lse_len = call.lse_dims().iter().product();
     // Scratch when the kernel needs one the caller does not want (CK's LSE-writing build, and
     // the Triton kernels always); dropped after the call, the stream orders its reuse.
-    let lse_buffer = want_lse || matches!(family, KernelFamily::Triton(_)) || lse_buffer_required(&call);
+    let lse_buffer = want_lse || matches!(family, KernelFamily::Triton(_)) || lse_buffer_required(call);
     let lse = lse_buffer.then(|| dev.alloc::<f32>(lse_len)).transpose()?;
     if let (true, Some(lse)) = (prefill, &lse) {
         fill_f32(lse.as_ptr(), f32::NEG_INFINITY, lse_len, stream)?;

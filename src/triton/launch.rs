@@ -37,9 +37,14 @@ fn functions() -> &'static FunctionCache {
     FUNCTIONS.get_or_init(Default::default)
 }
 
+/// The current device of `driver`, as the caches key it.
+fn device_key(driver: &'static Driver) -> Result<DeviceKey> {
+    Ok((driver.api(), driver.current_device()?))
+}
+
 /// The current device of `driver` and its properties (cached; no driver query after the first).
 pub fn current_device(driver: &'static Driver) -> Result<(DeviceKey, DeviceInfo)> {
-    let key = (driver.api(), driver.current_device()?);
+    let key = device_key(driver)?;
     let mut cache = devices().lock().unwrap_or_else(|e| e.into_inner());
     if let Some(info) = cache.get(&key) {
         return Ok((key, info.clone()));
@@ -85,7 +90,7 @@ pub unsafe fn launch(driver: &'static Driver, call: &AttnCall, plan: &Plan, buff
     if plan.is_empty() {
         return Ok(());
     }
-    let (device, _) = current_device(driver)?;
+    let device = device_key(driver)?;
     let buffers = DeviceBuffers { fault: driver.fault_word()?.device_addr(), ..*buffers };
     let fwd = fwd_args(call, &buffers, plan)?;
     // SAFETY: the argument list is the kernel's parameter list (FwdArgs mirrors attn_fwd, checked
@@ -134,4 +139,96 @@ unsafe fn run(
     // launch call); the caller guarantees they match the kernel's parameters.
     unsafe { driver.launch(f, grid, [image.threads, 1, 1], image.shared, stream, &mut pointers) }?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::tests::mock::mock_driver;
+    use crate::params::{Request, VarLenRequest};
+    use crate::triton::{Family, KernelDtype, Kernels, Tile};
+    use candle::{DType, Device, Tensor};
+    use std::sync::atomic::Ordering;
+
+    fn image(family: Family, tile: Tile, block_m: u32, block_n: u32) -> &'static KernelImage {
+        let image = KernelImage {
+            target: "gfx942",
+            variant: "test",
+            kernel: "k",
+            family,
+            tile,
+            dtype: KernelDtype::F16,
+            block_d: 128,
+            even_d: true,
+            paged: family == Family::Fwd,
+            extras: false,
+            block_m,
+            block_n,
+            threads: 256,
+            shared: 0,
+            scratch_args: 2,
+            image: &[],
+        };
+        Box::leak(Box::new(image))
+    }
+
+    /// The product path's launch of a paged decode call whose seqlens and table stay on the
+    /// device: on a driver that counts host round trips, nothing is copied to the host and
+    /// nothing waits for the device, with the keys split (both kernels queued). Faults the
+    /// kernels report surface at the next check, without synchronizing either.
+    #[test]
+    fn a_paged_call_with_device_side_tensors_makes_no_host_round_trip() {
+        let (driver, state) = mock_driver();
+        let driver: &'static Driver = Box::leak(Box::new(driver));
+        let dev = &Device::Cpu;
+        let (b, h, h_k, d, page, max_blocks) = (4, 32, 8, 128, 16, 300);
+        // Only their shapes are looked at: the values would be on the device.
+        let seqlens = Tensor::zeros(b + 1, DType::U32, dev).unwrap();
+        let table = Tensor::zeros((b, max_blocks), DType::U32, dev).unwrap();
+        let varlen = VarLenRequest {
+            seqlens_q: &seqlens,
+            seqlens_k: &seqlens,
+            max_seqlen_q: 1,
+            max_seqlen_k: page * max_blocks,
+            block_table: Some(&table),
+            page_block_size: Some(page),
+            mm_prefix_ranges: None,
+        };
+        let req = Request { softmax_scale: 0.1, alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None, varlen: Some(varlen) };
+        let q = Tensor::zeros((b, h, d), DType::F16, dev).unwrap();
+        let kv = Tensor::zeros((b * max_blocks, page, h_k, d), DType::F16, dev).unwrap();
+        let call = AttnCall::on_device(&req, [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
+        let kernels = Kernels { fwd: image(Family::Fwd, Tile::Decode, 16, 64), merge: image(Family::Merge, Tile::Merge, 16, 0) };
+        let plan = Plan::new(&call, kernels, 304).unwrap();
+        assert!(plan.num_splits > 1, "{plan:?}");
+        // The mock reads the low 32 bits of a launch's first argument (q, out) as its status:
+        // addresses at multiples of 2^32 launch cleanly.
+        let buffers = DeviceBuffers {
+            q: 1 << 32,
+            k: 0x2000,
+            v: 0x3000,
+            out: 2 << 32,
+            lse: 0x5000,
+            seqstart_q: 0x6000,
+            seqstart_k: 0x7000,
+            block_table: 0x8000,
+            block_table_row_stride: max_blocks,
+            lse_acc: 0x9000,
+            o_acc: 0xa000,
+            ..DeviceBuffers::default()
+        };
+        // SAFETY: the mock driver dereferences no device address.
+        unsafe { launch(driver, &call, &plan, &buffers) }.unwrap();
+        take_faults(driver).unwrap();
+        assert_eq!(state.copies_to_host.load(Ordering::SeqCst), 0);
+        assert_eq!(state.synchronizes.load(Ordering::SeqCst), 0);
+        // A kernel's report, as attn_fwd's atomic_or writes it; read in place by the next check.
+        let word = driver.fault_word().unwrap();
+        // SAFETY: the mock's device address of the word is its host address, alive for good.
+        unsafe { (*(word.device_addr() as *const std::sync::atomic::AtomicU32)).fetch_or(4, Ordering::SeqCst) };
+        let err = take_faults(driver).unwrap_err().to_string();
+        assert!(err.contains("block_table") && err.contains("earlier call"), "{err}");
+        take_faults(driver).unwrap();
+        assert_eq!(state.copies_to_host.load(Ordering::SeqCst) + state.synchronizes.load(Ordering::SeqCst), 0);
+    }
 }

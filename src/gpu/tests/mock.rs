@@ -10,13 +10,13 @@ use crate::gpu::*;
 
 /// What the host-memory backend records, shared with the test that owns the Driver.
 #[derive(Default)]
-pub(super) struct MockState {
+pub(crate) struct MockState {
     /// Live allocations: address -> size.
     pub(super) allocations: Mutex<HashMap<usize, usize>>,
     pub(super) mallocs: AtomicUsize,
     /// Host round trips, so that a test can assert that a launch path made none.
-    pub(super) copies_to_host: AtomicUsize,
-    pub(super) synchronizes: AtomicUsize,
+    pub(crate) copies_to_host: AtomicUsize,
+    pub(crate) synchronizes: AtomicUsize,
     /// Mapped host allocations (leaked, like the drivers' ones that are never freed).
     pub(super) mapped_host_allocations: AtomicUsize,
 }
@@ -86,7 +86,7 @@ unsafe extern "C" fn mock_launch(
     unsafe { *(*params as *const i32) }
 }
 
-pub(super) fn mock_driver() -> (Driver, Arc<MockState>) {
+pub(crate) fn mock_driver() -> (Driver, Arc<MockState>) {
     let state = Arc::new(MockState::default());
     let shared = SharedCalls {
         current_device: Call {

@@ -2,7 +2,7 @@
 //! `Driver` logic in [`driver`], over the host-memory backend of [`mock`].
 
 mod driver;
-mod mock;
+pub(crate) mod mock;
 
 use super::*;
 

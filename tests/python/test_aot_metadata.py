@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""kernels/aot.py's launch-contract check: a compiled kernel's metadata (AMDGPU `.amdgpu_metadata`
+or PTX) against what src/triton/launch.rs passes (threads, wave size, arguments, LDS).
+
+    python3 tests/python/test_aot_metadata.py
+
+The parsing and comparison run on synthetic metadata with any python3. With triton importable
+(the build's venv; .ci/rocm-check.sh runs it there), it also compiles the smallest merge kernel
+for gfx1100 and checks the real metadata, and that aot.py refuses a kernel whose wave size it
+assumed wrongly.
+"""
+import os
+import sys
+import tempfile
+import unittest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "kernels"))
+# No __pycache__ in kernels/: the build script watches that folder and would rebuild.
+sys.dont_write_bytecode = True
+import aot  # noqa: E402
+import launch_contract  # noqa: E402
+
+# The shape of LLVM's AMDGPU metadata (code object v5): two kernels, the one asked for second, a
+# hidden argument, a quoted string, a list of scalars, an empty list.
+AMDGCN = """
+	.text
+	.amdgpu_metadata
+---
+amdhsa.kernels:
+  - .args:           []
+    .group_segment_fixed_size: 0
+    .max_flat_workgroup_size: 1024
+    .name:           other_kernel
+    .private_segment_fixed_size: 0
+    .wavefront_size: 64
+  - .agpr_count:     0
+    .args:
+      - .address_space:  global
+        .offset:         0
+        .size:           8
+        .value_kind:     global_buffer
+      - .offset:         8
+        .size:           4
+        .value_kind:     by_value
+      - .offset:         16
+        .size:           8
+        .value_kind:     by_value
+      - .address_space:  global
+        .offset:         24
+        .size:           8
+        .value_kind:     global_buffer
+      - .offset:         32
+        .size:           4
+        .value_kind:     hidden_block_count_x
+    .group_segment_fixed_size: 16
+    .kernarg_segment_align: 8
+    .kernarg_segment_size: 36
+    .language:       'OpenCL C'
+    .max_flat_workgroup_size: 128
+    .name:           toy
+    .private_segment_fixed_size: 24
+    .symbol:         toy.kd
+    .uses_dynamic_stack: false
+    .vgpr_spill_count: 0
+    .wavefront_size: 32
+amdhsa.target:   amdgcn-amd-amdhsa--gfx1100
+amdhsa.version:
+  - 1
+  - 2
+...
+
+	.end_amdgpu_metadata
+"""
+
+PTX = """
+.extern .shared .align 16 .b8 global_smem[];
+.visible .entry toy(
+	.param .u64 .ptr .global .align 1 toy_param_0,
+	.param .u32 toy_param_1,
+	.param .u64 toy_param_2,
+	.param .u64 .ptr .global .align 1 toy_param_3
+)
+.reqntid 128
+{
+	ret;
+}
+"""
+
+# toy(X: *fp16, n: i32, stride: i64, BLOCK: constexpr) + one scratch pointer.
+SIGNATURE = {"X": "*fp16", "n": "i32", "stride": "i64", "BLOCK": "constexpr"}
+LIMIT = 64 * 1024
+
+
+def agreeing_launch(**changes):
+    launch = dict(threads=128, wave=32, args=launch_contract.launch_args(SIGNATURE, 1), shared=1024, limit=LIMIT)
+    launch.update(changes)
+    return launch
+
+
+class ParseTest(unittest.TestCase):
+    def test_amdgpu_facts_of_the_named_kernel(self):
+        self.assertEqual(launch_contract.amdgpu_kernel_facts(AMDGCN, "toy"), {
+            "threads": 128, "wave": 32, "arg_sizes": [8, 4, 8, 8], "static_shared": 16, "private": 24,
+            "dynamic_stack": False})
+        self.assertEqual(launch_contract.amdgpu_kernel_facts(AMDGCN, "other_kernel")["arg_sizes"], [])
+
+    def test_yaml_subset(self):
+        doc = launch_contract.parse_yaml_block(AMDGCN[AMDGCN.index("---"):AMDGCN.index(".end_amdgpu_metadata")])
+        self.assertEqual(doc["amdhsa.version"], ["1", "2"])
+        self.assertEqual(doc["amdhsa.target"], "amdgcn-amd-amdhsa--gfx1100")
+        self.assertEqual(doc["amdhsa.kernels"][1][".language"], "OpenCL C")
+
+    def test_missing_metadata_is_an_error(self):
+        with self.assertRaisesRegex(ValueError, "no .amdgpu_metadata"):
+            launch_contract.amdgpu_kernel_facts("\t.text\n", "toy")
+        with self.assertRaisesRegex(ValueError, "0 metadata entries for kernel absent"):
+            launch_contract.amdgpu_kernel_facts(AMDGCN, "absent")
+        with self.assertRaisesRegex(ValueError, "no .wavefront_size"):
+            launch_contract.amdgpu_kernel_facts(AMDGCN.replace("    .wavefront_size: 32\n", ""), "toy")
+
+    def test_ptx_facts(self):
+        self.assertEqual(launch_contract.ptx_kernel_facts(PTX, "toy"), {
+            "threads": 128, "wave": None, "arg_sizes": [8, 4, 8, 8], "static_shared": 0, "private": 0,
+            "dynamic_stack": False})
+        self.assertEqual(launch_contract.ptx_kernel_facts(PTX.replace(".reqntid 128", ".maxntid 64, 2, 1"), "toy")["threads"], 128)
+        with self.assertRaisesRegex(ValueError, "no .entry absent"):
+            launch_contract.ptx_kernel_facts(PTX, "absent")
+
+    def test_launch_args(self):
+        self.assertEqual(launch_contract.launch_args(SIGNATURE, 2), [
+            ("X", 8), ("n", 4), ("stride", 8), ("scratch pointer 1", 8), ("scratch pointer 2", 8)])
+        self.assertEqual(launch_contract.launch_args({"scale": "fp32"}, 0), [("scale", 4)])
+        with self.assertRaisesRegex(ValueError, "parameter flag of type i1"):
+            launch_contract.launch_args({"flag": "i1"}, 0)
+
+
+class ContractTest(unittest.TestCase):
+    def problems(self, text=AMDGCN, parse=launch_contract.amdgpu_kernel_facts, **changes):
+        return launch_contract.launch_problems(parse(text, "toy"), **agreeing_launch(**changes))
+
+    def assert_one_problem(self, problems, *parts):
+        self.assertEqual(len(problems), 1, problems)
+        for part in parts:
+            self.assertIn(part, problems[0])
+
+    def test_agreeing_launch(self):
+        self.assertEqual(self.problems(), [])
+        self.assertEqual(self.problems(PTX, launch_contract.ptx_kernel_facts, limit=227 * 1024), [])
+
+    def test_threads_must_match_exactly(self):
+        self.assert_one_problem(self.problems(threads=256), "compiled for 128 threads", "launched with 256")
+        # Fewer threads than compiled for would leave part of every tile to no one.
+        self.assert_one_problem(self.problems(threads=64), "compiled for 128 threads", "launched with 64")
+        self.assert_one_problem(self.problems(PTX, launch_contract.ptx_kernel_facts, threads=256), "compiled for 128 threads")
+
+    def test_wave_size(self):
+        self.assert_one_problem(self.problems(wave=64), "32-wide waves", "assumed 64")
+        # NVIDIA: a warp is 32 wide; nothing to compare.
+        self.assertEqual(self.problems(PTX, launch_contract.ptx_kernel_facts, wave=64), [])
+
+    def test_argument_count(self):
+        self.assert_one_problem(self.problems(args=launch_contract.launch_args(SIGNATURE, 2)), "4 kernel arguments",
+                                "passes 5", "scratch pointer 2")
+        dropped = {k: v for k, v in SIGNATURE.items() if k != "n"}
+        self.assert_one_problem(self.problems(args=launch_contract.launch_args(dropped, 1)), "passes 3")
+        self.assert_one_problem(self.problems(PTX, launch_contract.ptx_kernel_facts, args=launch_contract.launch_args(SIGNATURE, 0)),
+                                "4 kernel arguments", "passes 3")
+
+    def test_argument_sizes(self):
+        wide = dict(SIGNATURE, n="i64")
+        self.assert_one_problem(self.problems(args=launch_contract.launch_args(wide, 1)), "argument 1 (n) is 4 bytes",
+                                "passes 8")
+
+    def test_lds_limit(self):
+        # 16 bytes of static LDS plus the dynamic ones.
+        self.assertEqual(self.problems(shared=LIMIT - 16), [])
+        self.assert_one_problem(self.problems(shared=LIMIT - 15), "16 bytes of static", f"{LIMIT - 15} of dynamic",
+                                f"than the {LIMIT}")
+        self.assert_one_problem(self.problems(PTX, launch_contract.ptx_kernel_facts, shared=228 * 1024, limit=launch_contract.shared_limit("sm90")),
+                                f"than the {227 * 1024}")
+        self.assertEqual(launch_contract.shared_limit("rdna"), LIMIT)
+        self.assertEqual(launch_contract.shared_limit("cdna"), LIMIT)
+
+    def test_dynamic_stack(self):
+        text = AMDGCN.replace(".uses_dynamic_stack: false", ".uses_dynamic_stack: true")
+        self.assert_one_problem(self.problems(text), "dynamic stack", "24 bytes")
+
+
+def have_triton():
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@unittest.skipUnless(have_triton(), "needs triton (the build's venv)")
+class RealKernelTest(unittest.TestCase):
+    """The smallest kernel aot.py builds, compiled for gfx1100 (wave 32) through compile_one."""
+
+    VARIANT = next(v for v in aot.variants([32], ["fp16"]) if v[1] == "merge")
+
+    @classmethod
+    def setUpClass(cls):
+        # Triton's compile cache: the caller's when set, else one for this run.
+        cls.cache = None
+        if "TRITON_CACHE_DIR" not in os.environ:
+            cls.cache = tempfile.TemporaryDirectory()
+            os.environ["TRITON_CACHE_DIR"] = cls.cache.name
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.cache:
+            del os.environ["TRITON_CACHE_DIR"]
+            cls.cache.cleanup()
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        os.makedirs(os.path.join(self.tmp.name, "gfx1100"))
+        self.facts = []
+        self.real_facts = aot.amdgpu_kernel_facts
+        self.real_target = aot.gpu_target
+
+        def record(asm, kernel):
+            self.facts.append(self.real_facts(asm, kernel))
+            return self.facts[-1]
+        aot.amdgpu_kernel_facts = record
+
+    def tearDown(self):
+        aot.amdgpu_kernel_facts = self.real_facts
+        aot.gpu_target = self.real_target
+        self.tmp.cleanup()
+
+    def compile(self):
+        name, family, fields = self.VARIANT
+        return aot.compile_one(("gfx1100", name, family, fields, self.tmp.name))
+
+    def test_real_metadata_matches_the_launch(self):
+        import attention
+
+        row = dict(zip(aot.MANIFEST_COLUMNS, self.compile()))
+        fn = attention.attn_merge
+        facts = self.facts[-1]
+        self.assertEqual(facts["threads"], aot.MERGE_WARPS * 32)
+        self.assertEqual(facts["threads"], row["threads"])
+        self.assertEqual(facts["wave"], 32)
+        self.assertEqual(len(facts["arg_sizes"]), len(fn.arg_names) - len(fn.constexprs) + row["scratch_args"])
+        self.assertLessEqual(facts["static_shared"] + row["shared"], 64 * 1024)
+        self.assertTrue(os.path.isfile(os.path.join(self.tmp.name, row["file"])))
+
+    def test_a_wrong_wave_size_fails_the_build(self):
+        from triton.backends.compiler import GPUTarget
+
+        # Triton takes the wave size from the arch name (gfx1100: 32), whatever the target says.
+        aot.gpu_target = lambda target: GPUTarget("hip", target, 64)
+        with self.assertRaises(RuntimeError) as caught:
+            self.compile()
+        message = str(caught.exception)
+        for part in (f"gfx1100/{self.VARIANT[0]}", "32-wide waves, aot.py assumed 64",
+                     "compiled for 128 threads per block, launched with 256"):
+            self.assertIn(part, message)
+        self.assertFalse(os.listdir(os.path.join(self.tmp.name, "gfx1100")), "a refused code object was written")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -26,7 +26,13 @@
 #     test_aot_metadata.py, in the triton venv: it compiles one small kernel for gfx1100), then
 #     kernels/aot.py for gfx90a, gfx942, gfx1100 and gfx1201 with every tile
 #     and dtype, then scripts/check_triton_objects.py on the code objects (every kernel present
-#     and built for its target, WMMA on gfx11/gfx12, MFMA on gfx9; spills reported). Cached
+#     and built for its target, WMMA on gfx11/gfx12, MFMA on gfx9; spills reported), then the
+#     static kernel report (tested first by tests/python/test_kernel_report.py, in the venv: it
+#     compiles the same small kernel through aot.py), scripts/kernel_report.py:
+#     registers, spills, occupancy, warp layouts, issued/useful matrix work and instructions per
+#     4096 useful MACs of every code object, a table in kernel_report.md beside them and a
+#     summary per target; with KERNEL_REPORT_CHECK=1, the default, it fails on any attn_fwd that
+#     issues more matrix work than it uses or spills in its key loop at head dim <= 128). Cached
 #     under the chroot's ~/.cache by a hash of kernels/*.py: an unchanged rerun compiles nothing.
 set -euo pipefail
 
@@ -41,6 +47,9 @@ TILE_FILTER+=',fmha_fwd_d*_fp16_group_*_psskddv_nlogits_nbias_nmask_lse_*'
 TILE_FILTER+=',fmha_fwd_splitkv_d*_fp16_group_*_psskddv_nlogits_nbias_nmask_*_pagedkv'
 RDNA_ARCHS=gfx1100,gfx1201
 AOT_TARGETS=gfx90a,gfx942,gfx1100,gfx1201
+# 1: step 3's kernel report fails the run on repeated matrix work or key-loop spills (--check);
+# 0: it only reports.
+KERNEL_REPORT_CHECK="${KERNEL_REPORT_CHECK:-1}"
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 chroot_sh="$repo/scripts/rocm-chroot.sh"
@@ -170,9 +179,16 @@ step "test binary ($RDNA_ARCHS)" run_tests "$rdna_messages"
 
 step "aot.py launch-contract test" in_chroot env PYTHONDONTWRITEBYTECODE=1 \
     "$triton_python" "$repo/tests/python/test_aot_metadata.py"
+step "kernel report test" in_chroot env PYTHONDONTWRITEBYTECODE=1 \
+    "$triton_python" "$repo/tests/python/test_kernel_report.py"
 step "Triton AOT compile ($AOT_TARGETS)" aot_compile
 step "Triton code-object check ($AOT_TARGETS)" in_chroot python3 "$repo/scripts/check_triton_objects.py" \
     "$aot_dir" --targets "$AOT_TARGETS"
+report_check=""
+if [ "$KERNEL_REPORT_CHECK" = 1 ]; then report_check=--check; fi
+# shellcheck disable=SC2086  # $report_check: no argument when empty
+step "Triton kernel report ($AOT_TARGETS)" in_chroot env PYTHONDONTWRITEBYTECODE=1 python3 \
+    "$repo/scripts/kernel_report.py" "$aot_dir" --targets "$AOT_TARGETS" $report_check
 
 echo "rocm-check: step times"
 printf '  %s\n' "${timings[@]}"

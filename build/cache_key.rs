@@ -64,7 +64,7 @@ impl CacheKey {
     /// The CK build's key.
     #[cfg(feature = "rocm")]
     pub fn new(ck: &CkSources, toolchain: &Toolchain, selection: &Selection) -> BuildResult<Self> {
-        let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").map_err(|e| e.to_string())?);
+        let manifest_dir = crate::manifest_dir()?;
         for input in CRATE_INPUTS {
             println!("cargo:rerun-if-changed={}", manifest_dir.join(input).display());
         }

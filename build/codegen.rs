@@ -38,7 +38,7 @@ pub fn generate(
     let fresh = build_dir.join("gen.tmp");
     let gen = build_dir.join("gen");
     remove_dir(&fresh)?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("build/ck_codegen.py");
+    let script = crate::manifest_dir()?.join("build/ck_codegen.py");
     let hdims: Vec<String> = selection.hdims.iter().map(u32::to_string).collect();
     let mut command = Command::new(&toolchain.python);
     command

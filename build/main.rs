@@ -33,6 +33,15 @@ mod triton;
 /// install or set.
 pub type BuildResult<T> = Result<T, String>;
 
+/// The crate's own directory, read when the script runs. Not `env!("CARGO_MANIFEST_DIR")`:
+/// cargo hashes a path package's build script by its place in the workspace, not by its
+/// absolute path, so two checkouts sharing a target directory share one compiled script, and a
+/// path compiled into it would be the other checkout's (its kernels, its scripts).
+#[allow(dead_code)] // used by the feature-gated steps only
+pub fn manifest_dir() -> BuildResult<PathBuf> {
+    env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from).ok_or_else(|| "CARGO_MANIFEST_DIR is not set: run the build through cargo".to_owned())
+}
+
 fn main() {
     println!("cargo:rerun-if-changed=build");
     println!("cargo:rerun-if-env-changed=DOCS_RS");

@@ -71,7 +71,7 @@ pub fn compile_kernels(
 /// Copies csrc/ and the bridge headers into the cache, so the CMake tree has a fixed path
 /// whatever the checkout's location, and rewrites only changed files.
 fn stage_sources(src: &Path, bridge: &BridgeHeaders, selection: &Selection) -> BuildResult<()> {
-    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").map_err(|e| e.to_string())?);
+    let manifest_dir = crate::manifest_dir()?;
     let csrc = manifest_dir.join("csrc");
     let entries = fs::read_dir(&csrc).map_err(|e| format!("cannot list {}: {e}", csrc.display()))?;
     for entry in entries.filter_map(Result::ok) {

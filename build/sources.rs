@@ -87,7 +87,7 @@ fn is_complete(dest: &Path) -> bool {
 }
 
 fn download(toolchain: &Toolchain, dest: &Path) -> BuildResult<()> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("build/fetch_sdist.py");
+    let script = crate::manifest_dir()?.join("build/fetch_sdist.py");
     run_capture(
         Command::new(&toolchain.python)
             .arg(&script)

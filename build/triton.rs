@@ -28,7 +28,7 @@ const COLUMNS: [&str; 19] = [
 /// Compiles (or reuses) the selected kernels, one cache directory per target, and writes the
 /// table.
 pub fn build(selection: &TritonSelection) -> BuildResult<()> {
-    let kernels_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("kernels");
+    let kernels_dir = crate::manifest_dir()?.join("kernels");
     println!("cargo:rerun-if-changed={}", kernels_dir.display());
     let sources = kernel_sources(&kernels_dir)?;
     let mut table = String::from(

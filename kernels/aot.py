@@ -5,8 +5,9 @@
 
 For every target and variant it writes DIR/<target>/<variant>.<hsaco|cubin> and one line of
 DIR/manifest.tsv (the columns are in MANIFEST_COLUMNS). AMD targets get HSACO code objects,
-`sm_90` a cubin (the NVIDIA check of the same sources). Needs only the `triton` wheel: no ROCm,
-no CUDA toolkit.
+with their AMDGCN assembly and TTGIR beside them (<variant>.amdgcn, .ttgir: for
+scripts/kernel_report.py, never embedded), `sm_90` a cubin (the NVIDIA check of the same
+sources). Needs only the `triton` wheel: no ROCm, no CUDA toolkit.
 """
 
 import argparse
@@ -164,6 +165,12 @@ def compile_one(job):
     rel = f"{target}/{name}.{ext}"
     with open(os.path.join(out_dir, rel), "wb") as f:
         f.write(binary)
+    if kind != "sm90":
+        # Beside the code object, for scripts/kernel_report.py (never embedded: the build reads
+        # only the manifest's file): the assembly and the layouts Triton chose.
+        for stage in ("amdgcn", "ttgir"):
+            with open(os.path.join(out_dir, f"{target}/{name}.{stage}"), "w") as f:
+                f.write(kernel.asm[stage])
     return [target, name, md.name, family, fields["tile"], fields["dtype"], fields["block_d"],
             int(fields["even_d"]), int(fields["paged"]), int(fields["extras"]), bm, bn, threads, md.shared,
             len(scratch), vspill, sspill, f"{seconds:.1f}", rel]

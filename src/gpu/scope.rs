@@ -23,3 +23,34 @@ pub fn with_device<R, E: From<super::GpuError>>(
     restored?;
     Ok(value)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::tests::mock::mock_driver;
+
+    /// Issue 24, item 7: the glue made q's device current and left it so. The caller's device
+    /// comes back after the work, whether it succeeds or fails, and a failing restore is
+    /// reported when the work itself succeeded.
+    #[test]
+    fn the_callers_device_is_current_again_after_the_work() {
+        let (driver, _) = mock_driver();
+        driver.set_device(2).unwrap();
+        let seen = with_device(&driver, 5, || driver.current_device().map_err(candle::Error::from)).unwrap();
+        assert_eq!((seen, driver.current_device().unwrap()), (5, 2));
+        let failed: candle::Result<()> = with_device(&driver, 6, || candle::bail!("the work failed"));
+        assert!(failed.unwrap_err().to_string().contains("the work failed"));
+        assert_eq!(driver.current_device().unwrap(), 2);
+        // The same device: nothing to switch.
+        assert_eq!(with_device(&driver, 2, || driver.current_device().map_err(candle::Error::from)).unwrap(), 2);
+        // A device that cannot be made current is an error before any work runs.
+        let mut ran = false;
+        let err = with_device(&driver, 99, || -> candle::Result<()> {
+            ran = true;
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(!ran && err.to_string().contains("mockSetDevice"), "{err}");
+        assert_eq!(driver.current_device().unwrap(), 2);
+    }
+}

@@ -34,9 +34,17 @@ pub(super) const MOCK_OUT_OF_MEMORY: i32 = 2;
 pub(super) const MOCK_LIMIT: usize = 1 << 20;
 pub(super) static MODULES_UNLOADED: AtomicUsize = AtomicUsize::new(0);
 
+thread_local! {
+    /// The mock's current device of this thread, as HIP keeps one per thread (3 until set).
+    static MOCK_DEVICE: std::cell::Cell<i32> = const { std::cell::Cell::new(3) };
+}
+
+/// The mock's device ordinals are 0..MOCK_DEVICES.
+pub(super) const MOCK_DEVICES: i32 = 8;
+
 unsafe extern "C" fn mock_current_device(ordinal: *mut i32) -> i32 {
     // SAFETY: Driver::current_device passes a writable int.
-    unsafe { *ordinal = 3 };
+    unsafe { *ordinal = MOCK_DEVICE.with(std::cell::Cell::get) };
     0
 }
 
@@ -132,7 +140,11 @@ impl Backend for MockBackend {
         let name = format!("mockError{status}");
         (name, "described by the mock driver".to_owned())
     }
-    fn set_device(&self, _: i32) -> GpuResult<()> {
+    fn set_device(&self, ordinal: i32) -> GpuResult<()> {
+        if !(0..MOCK_DEVICES).contains(&ordinal) {
+            return self.check("mockSetDevice", 101);
+        }
+        MOCK_DEVICE.with(|d| d.set(ordinal));
         Ok(())
     }
     fn device_count(&self) -> GpuResult<i32> {

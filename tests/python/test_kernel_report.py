@@ -1,0 +1,370 @@
+#!/usr/bin/env python3
+"""scripts/kernel_report.py's parsing and metrics: matrix-instruction MACs, basic blocks and loops
+of AMDGCN assembly, the hot loop and its spills, TTGIR dot layouts, the occupancy rules, the
+issued/useful and instructions-per-4096-MACs figures, --check, and the manifest walk.
+
+    python3 tests/python/test_kernel_report.py
+
+Synthetic assembly and TTGIR, any python3. With triton importable (the build's venv), it also
+compiles the smallest merge kernel for gfx1100 through aot.py's compile_one and reads the
+assembly and TTGIR it writes beside the code object.
+"""
+import os
+import sys
+import tempfile
+import unittest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+sys.path.insert(0, os.path.join(REPO, "kernels"))
+# No __pycache__ in kernels/: the build script watches that folder and would rebuild.
+sys.dont_write_bytecode = True
+import kernel_report as kr  # noqa: E402
+
+METADATA = """
+	.amdgpu_metadata
+---
+amdhsa.kernels:
+  - .agpr_count:     {agprs}
+    .args:           []
+    .group_segment_fixed_size: {static_lds}
+    .max_flat_workgroup_size: {threads}
+    .name:           attn_fwd
+    .private_segment_fixed_size: {scratch}
+    .sgpr_count:     {sgprs}
+    .sgpr_spill_count: 3
+    .symbol:         attn_fwd.kd
+    .vgpr_count:     {vgprs}
+    .vgpr_spill_count: {spills}
+    .wavefront_size: {wave}
+amdhsa.target:   amdgcn-amd-amdhsa--{target}
+amdhsa.version:
+  - 1
+  - 2
+...
+
+	.end_amdgpu_metadata
+"""
+
+
+def fill(n, mnemonic="v_add_f32_e32 v0, v1, v2"):
+    return "".join(f"\t{mnemonic}\n" for _ in range(n))
+
+
+def kernel_asm(hot_wmma=20, hot_other=387, masked_extra=50, spill_in_hot=False, target="gfx1100", vgprs=237,
+               agprs=0, sgprs=79, threads=256, wave=32, scratch=0, spills=0, static_lds=0, matrix=None):
+    """A kernel shaped like attn_fwd's: a masked key loop, an unmasked one (the hot loop, with an
+    atomic retry loop nested in it), a masked one whose exit branches back to an epilogue laid out
+    before it, and LLVM's loop annotations, .Ltmp labels and `; %bb.N:` blocks."""
+    body = fill(hot_wmma, matrix or "v_wmma_f32_16x16x16_f16 v[0:7], v[8:15], v[16:23], v[0:7]")
+    hot_spill = ("\tscratch_store_b32 off, v1, off offset:4 ; 4-byte Folded Spill\n"
+                 "\tscratch_load_b32 v1, off, off offset:4 ; 4-byte Folded Reload\n") if spill_in_hot else ""
+    hot_other -= 2 if spill_in_hot else 0
+    return f"""	.amdgcn_target "amdgcn-amd-amdhsa--{target}"
+	.text
+	.globl	attn_fwd
+attn_fwd:                               ; @attn_fwd
+.Lfunc_begin0:
+; %bb.0:
+{fill(10)}.LBB0_1:                                ; =>This Inner Loop Header: Depth=1
+{fill(5)}{body}{fill(hot_other - 2 + masked_extra - 5)}	s_cbranch_scc1 .LBB0_1
+; %bb.2:
+{fill(3)}	s_branch .LBB0_6
+.LBB0_3:                                ; %._crit_edge
+{fill(7)}	s_endpgm
+.LBB0_4:                                ; =>This Loop Header: Depth=1
+                                        ;     Child Loop BB0_5 Depth 2
+{fill(3)}.Ltmp7:
+	buffer_load_dwordx4 v[4:7], v3, s[0:3], 0 offen
+{hot_spill}{body}{fill(hot_other - 3 - 1 - 9 - 2)}.LBB0_5:                                ; %atomicrmw.start
+                                        ;   Parent Loop BB0_4 Depth=1
+                                        ; =>  This Inner Loop Header: Depth=2
+{fill(8)}	s_cbranch_execnz .LBB0_5
+; %bb.7:                                ;   in Loop: Header=BB0_4 Depth=1
+	s_nop 0
+	s_cbranch_scc1 .LBB0_4
+.LBB0_6:                                ; =>This Inner Loop Header: Depth=1
+{fill(4)}{body}{fill(hot_other - 6 + masked_extra)}	s_cbranch_scc0 .LBB0_3
+; %bb.8:                                ;   in Loop: Header=BB0_6 Depth=1
+	s_branch .LBB0_6
+.Lfunc_end0:
+	.size	attn_fwd, .Lfunc_end0-attn_fwd
+; Kernel info:
+; NumVgprs: {vgprs - agprs}
+; Occupancy: 6
+""" + METADATA.format(target=target, vgprs=vgprs, agprs=agprs, sgprs=sgprs, threads=threads, wave=wave,
+                      scratch=scratch, spills=spills, static_lds=static_lds)
+
+
+TTGIR = """#blocked = #ttg.blocked<{sizePerThread = [8, 1], threadsPerWarp = [16, 2], warpsPerCTA = [1, 8], order = [0, 1]}>
+#mma = #ttg.amd_wmma<{version = 1, isTranspose = true, warpsPerCTA = [8, 1]}>
+#mma1 = #ttg.amd_wmma<{version = 1, isTranspose = true, warpsPerCTA = [2, 4]}>
+module attributes {"ttg.num-warps" = 8 : i32} {
+  tt.func public @attn_fwd() {
+      %s_1 = tt.dot %q, %k, %c : tensor<32x128xf16, #ttg.dot_op<{opIdx = 0, parent = #mma, kWidth = 16}>> * tensor<128x32xf16, #ttg.dot_op<{opIdx = 1, parent = #mma, kWidth = 16}>> -> tensor<32x32xf32, #mma> loc(#loc1)
+      %acc_2 = tt.dot %p, %v, %a : tensor<32x32xf16, #ttg.dot_op<{opIdx = 0, parent = #mma1, kWidth = 16}>> * tensor<32x128xf16, #ttg.dot_op<{opIdx = 1, parent = #mma1, kWidth = 16}>> -> tensor<32x128xf32, #mma1> loc(#loc2)
+      %s_3 = tt.dot %q, %k, %c : tensor<32x128xf16, #ttg.dot_op<{opIdx = 0, parent = #mma, kWidth = 16}>> * tensor<128x32xf16, #ttg.dot_op<{opIdx = 1, parent = #mma, kWidth = 16}>> -> tensor<32x32xf32, #mma> loc(#loc3)
+  }
+}
+"""
+
+
+class MatrixMacsTest(unittest.TestCase):
+    def test_wmma(self):
+        self.assertEqual(kr.matrix_macs("v_wmma_f32_16x16x16_f16"), 4096)
+        self.assertEqual(kr.matrix_macs("v_wmma_f32_16x16x16_bf16"), 4096)
+        self.assertEqual(kr.matrix_macs("v_wmma_i32_16x16x32_iu4"), 8192)
+        self.assertEqual(kr.matrix_macs("v_swmmac_f32_16x16x32_f16"), 8192)
+
+    def test_mfma_single_block(self):
+        self.assertEqual(kr.matrix_macs("v_mfma_f32_32x32x8f16"), 8192)
+        self.assertEqual(kr.matrix_macs("v_mfma_f32_32x32x8_f16"), 8192)
+        self.assertEqual(kr.matrix_macs("v_mfma_f32_16x16x16f16"), 4096)
+        self.assertEqual(kr.matrix_macs("v_mfma_f32_16x16x16_bf16"), 4096)
+        self.assertEqual(kr.matrix_macs("v_mfma_f32_32x32x8bf16_1k"), 8192)
+        self.assertEqual(kr.matrix_macs("v_mfma_f32_16x16x32_f16"), 8192)  # gfx950
+        self.assertEqual(kr.matrix_macs("v_mfma_f32_32x32x2f32"), 2048)
+
+    def test_mfma_multi_block(self):
+        self.assertEqual(kr.matrix_macs("v_mfma_f32_32x32x4f16"), 8192)       # 2 blocks
+        self.assertEqual(kr.matrix_macs("v_mfma_f32_16x16x4f16"), 4096)       # 4 blocks
+        self.assertEqual(kr.matrix_macs("v_mfma_f32_4x4x4f16"), 1024)         # 16 blocks
+        self.assertEqual(kr.matrix_macs("v_mfma_f32_32x32x4_2b_f16"), 8192)   # gfx940 name
+        self.assertEqual(kr.matrix_macs("v_mfma_f32_16x16x4_4b_f16"), 4096)
+        self.assertEqual(kr.matrix_macs("v_mfma_f32_32x32x4bf16_1k"), 8192)
+        self.assertEqual(kr.matrix_macs("v_mfma_f32_32x32x2bf16"), 4096)      # gfx908 bf16, 2 blocks
+        self.assertEqual(kr.matrix_macs("v_mfma_f32_16x16x1f32"), 1024)
+        self.assertEqual(kr.matrix_macs("v_mfma_f64_4x4x4f64"), 256)
+
+    def test_not_matrix(self):
+        for mnemonic in ("v_add_f32_e32", "v_mfma_ld_scale_b32", "s_waitcnt", "v_wmma"):
+            self.assertIsNone(kr.matrix_macs(mnemonic), mnemonic)
+
+
+class LoopTest(unittest.TestCase):
+    def test_blocks(self):
+        blocks = kr.parse_blocks(kernel_asm(), "attn_fwd")
+        names = [b.name for b in blocks]
+        # .Ltmp7 and .Lfunc_begin0 lie inside blocks; `; %bb.N:` lines start blocks.
+        self.assertEqual(names, ["%bb.0", "BB0_1", "%bb.2", "BB0_3", "BB0_4", "BB0_5", "%bb.7", "BB0_6", "%bb.8"])
+        self.assertNotIn("Kernel info", "".join(b.comment for b in blocks))  # stops at .Lfunc_end0
+
+    def test_loops_from_annotations(self):
+        blocks = kr.parse_blocks(kernel_asm(), "attn_fwd")
+        loops = {h: sorted(blocks[i].name for i in idx) for h, idx in kr.find_loops(blocks).items()}
+        self.assertEqual(loops, {"BB0_1": ["BB0_1"], "BB0_4": ["%bb.7", "BB0_4", "BB0_5"], "BB0_5": ["BB0_5"],
+                                 "BB0_6": ["%bb.8", "BB0_6"]})
+        # The exit of BB0_6 back to BB0_3 (an epilogue laid out before the loop) is no loop.
+        self.assertNotIn("BB0_3", loops)
+
+    def test_loops_without_annotations(self):
+        asm = "\n".join(line.split(";")[0].rstrip() if "Loop" in line else line
+                        for line in kernel_asm().splitlines())
+        blocks = kr.parse_blocks(asm, "attn_fwd")
+        loops = kr.find_loops(blocks)
+        self.assertIn("BB0_1", loops)
+        self.assertIn("BB0_5", loops)
+
+    def test_hot_loop_is_the_leanest_with_most_matrix_instructions(self):
+        header, hot, others = kr.hot_loop(kr.parse_blocks(kernel_asm(), "attn_fwd"))
+        self.assertEqual(header, "BB0_4")
+        self.assertEqual(hot["matrix"], {"v_wmma_f32_16x16x16_f16": 20})
+        self.assertEqual(hot["macs"], 20 * 4096)
+        self.assertEqual(hot["insns"], 407)
+        # The Triton buffer load through its own resource is not scratch.
+        self.assertEqual((hot["stores"], hot["loads"]), (0, 0))
+        self.assertEqual(len(others), 2)
+
+    def test_spills_in_the_hot_loop(self):
+        header, hot, _ = kr.hot_loop(kr.parse_blocks(kernel_asm(spill_in_hot=True), "attn_fwd"))
+        self.assertEqual((header, hot["insns"], hot["stores"], hot["loads"]), ("BB0_4", 407, 1, 1))
+
+    def test_scratch_access(self):
+        insn = kr.Insn
+        self.assertTrue(kr.is_scratch_access(insn("scratch_store_dwordx2", "off, v[12:13], off offset:24", "")))
+        self.assertTrue(kr.is_scratch_access(insn("buffer_store_dword", "v1, off, s[0:3], 0 offset:4",
+                                                  "4-byte Folded Spill")))
+        self.assertTrue(kr.is_scratch_access(insn("buffer_load_dword", "v1, off, s[0:3], 0", "4-byte Folded Reload")))
+        self.assertFalse(kr.is_scratch_access(insn("buffer_load_dwordx4", "v[4:7], v3, s[0:3], 0 offen", "")))
+        self.assertFalse(kr.is_scratch_access(insn("global_store_dword", "v0, v1, s[2:3]", "")))
+
+    def test_no_matrix_loop(self):
+        self.assertEqual(kr.hot_loop(kr.parse_blocks(kernel_asm(matrix="v_fma_f32 v0, v1, v2, v3"), "attn_fwd")), (None, None, []))
+
+
+class TtgirTest(unittest.TestCase):
+    def test_dot_layouts(self):
+        self.assertEqual(kr.dot_layouts(TTGIR), [(32, 32, 128, "wmma", (8, 1), None), (32, 128, 32, "wmma", (2, 4), None)])
+        self.assertEqual(kr.format_dots(kr.dot_layouts(TTGIR)), "32x32x128 wmma[8,1]; 32x128x32 wmma[2,4]")
+
+    def test_inline_mfma_encoding(self):
+        line = ("%s = tt.dot %a, %b, %c, inputPrecision = tf32 : tensor<128x128xf16, #ttg.dot_op<{opIdx = 0, "
+                "parent = #mma, kWidth = 4}>> * tensor<128x64xf16, #ttg.dot_op<{opIdx = 1, parent = #mma, kWidth = 4}>>"
+                " -> tensor<128x64xf32, #ttg.amd_mfma<{version = 3, warpsPerCTA = [4, 1], instrShape = [32, 32, 8], "
+                "isTransposed = true}>>")
+        self.assertEqual(kr.dot_layouts(line), [(128, 64, 128, "mfma", (4, 1), (32, 32, 8))])
+        self.assertEqual(kr.format_dots(kr.dot_layouts(line)), "128x64x128 mfma[4,1] 32x32x8")
+
+
+class OccupancyTest(unittest.TestCase):
+    def waves(self, target, vgprs, agprs=0, sgprs=50):
+        return kr.waves_from_registers(kr.arch_facts(target), vgprs, agprs, sgprs)
+
+    def test_registers(self):
+        # The `; Occupancy:` LLVM printed for these kernels (triton 3.6).
+        self.assertEqual(self.waves("gfx1100", 237), 6)    # 1536 / roundup(237, 24) = 1536 / 240
+        self.assertEqual(self.waves("gfx1100", 256), 5)
+        self.assertEqual(self.waves("gfx1100", 61), 16)
+        self.assertEqual(self.waves("gfx1201", 183), 8)    # 1536 / 192
+        self.assertEqual(self.waves("gfx1201", 130), 10)
+        self.assertEqual(self.waves("gfx1102", 130), 7)    # 1024 / 144
+        self.assertEqual(self.waves("gfx942", 212, 32), 2)  # unified 512 / 216
+        self.assertEqual(self.waves("gfx942", 323, 67), 1)
+        self.assertEqual(self.waves("gfx942", 28), 8)
+        self.assertEqual(self.waves("gfx942", 128, 20, sgprs=106), 4)
+        self.assertEqual(self.waves("gfx942", 28, sgprs=106), 7)   # gfx9: SGPRs limit too
+        self.assertEqual(self.waves("gfx942", 28, sgprs=96), 8)
+        self.assertEqual(self.waves("gfx908", 100, 200), 1)  # separate files: the larger one counts
+        self.assertEqual(self.waves("gfx908", 100, 40), 2)
+        self.assertIsNone(kr.arch_facts("sm_90"))
+
+    def test_lds(self):
+        rdna, cdna = kr.arch_facts("gfx1100"), kr.arch_facts("gfx942")
+        self.assertEqual(kr.waves_from_lds(rdna, 8192, 8), 16)   # 16 work-groups of 8 waves on 4 SIMDs, capped
+        self.assertEqual(kr.waves_from_lds(rdna, 32768, 8), 8)   # 128 KiB per WGP / 32 KiB = 4 groups
+        self.assertEqual(kr.waves_from_lds(rdna, 65536, 8), 4)
+        self.assertEqual(kr.waves_from_lds(cdna, 32768, 8), 4)   # 64 KiB per CU / 32 KiB = 2 groups
+        self.assertEqual(kr.waves_from_lds(cdna, 32768, 4), 2)
+        self.assertEqual(kr.waves_from_lds(cdna, 16384 + 1, 4), 3)  # rounded to 512 bytes: 3 groups fit
+        self.assertEqual(kr.waves_from_lds(cdna, 0, 4), 8)
+        self.assertEqual(kr.waves_from_lds(kr.arch_facts("gfx950"), 32768, 4), 5)
+
+
+def analyze(asm, ttgir=TTGIR, target="gfx1100", block=(32, 32, 128), threads=256, shared=8192):
+    return kr.analyze(kr.OURS, target, "attn_fwd", "fwd", *block, threads, shared, asm, ttgir)
+
+
+class MetricsTest(unittest.TestCase):
+    def test_issue_23_gfx1100_d128(self):
+        # 20 WMMA 16x16x16 and 407 instructions per wave, 8 waves, 32x32 tile, d=128: the issue's
+        # 2.50 and 50.9.
+        row = analyze(kernel_asm())
+        self.assertAlmostEqual(row["issued_useful"], 2.5)
+        self.assertAlmostEqual(row["insns_per_4096"], 407 * 8 / (2 * 32 * 32 * 128 / 4096))
+        self.assertEqual(f"{row['insns_per_4096']:.1f}", "50.9")
+        self.assertEqual((row["warps"], row["waves_regs"], row["waves_lds"], row["llvm_occupancy"]), (8, 6, 16, 6))
+        self.assertEqual(row["sgpr_spills"], 3)
+
+    def test_issue_23_gfx942_d128(self):
+        asm = kernel_asm(hot_wmma=48, hot_other=398, target="gfx942", vgprs=237, sgprs=106, threads=512, wave=64,
+                         matrix="v_mfma_f32_32x32x8_f16 a[0:15], v[2:3], v[18:19], a[0:15]")
+        row = analyze(asm, ttgir="", target="gfx942", block=(128, 64, 128), threads=512, shared=32768)
+        self.assertAlmostEqual(row["issued_useful"], 1.5)
+        self.assertEqual(f"{row['insns_per_4096']:.1f}", "7.0")
+        self.assertEqual((row["waves_regs"], row["waves_lds"], row["dots"]), (2, 4, []))
+
+    def test_table_and_check(self):
+        good = analyze(kernel_asm(hot_wmma=8, target="gfx1100"))
+        good.update(variant="fwd_prefill_fp16_d128_flat", tile="prefill", dtype="fp16", even_d=True, paged=False,
+                    extras=False)
+        self.assertAlmostEqual(good["issued_useful"], 1.0)
+        self.assertEqual(kr.check([good]), [])
+        spilling = analyze(kernel_asm(hot_wmma=8, spill_in_hot=True))
+        spilling.update(good, hot=spilling["hot"], variant="spilling")
+        repeated = dict(good, issued_useful=2.5, variant="repeated")
+        big = dict(spilling, block_d=256, variant="d256")  # d=256 may spill
+        reference = dict(repeated, source=kr.AITER)
+        problems = kr.check([good, spilling, repeated, big, reference])
+        self.assertEqual(len(problems), 2, problems)
+        self.assertIn("gfx1100 spilling: 1 scratch stores and 1 loads in the key loop", problems[1])
+        self.assertIn("gfx1100 repeated: issued/useful matrix work 2.50 > 1.00", problems[0])
+        cells = kr.table_cells(good)
+        self.assertEqual(cells[:5], ["gfx1100", "ours", "fwd_prefill_fp16_d128_flat", "32x32, 8", "128"])
+        self.assertEqual(cells[-3:], ["32x32x128 wmma[8,1]; 32x128x32 wmma[2,4]", "1.00", "49.4"])
+        self.assertIn("| gfx1100 | ours | fwd_prefill_fp16_d128_flat |", kr.markdown([good], "/tmp/x"))
+
+    def test_agpr_cells(self):
+        asm = kernel_asm(target="gfx942", vgprs=212, agprs=32, sgprs=106, wave=64,
+                         matrix="v_mfma_f32_32x32x8_f16 a[0:15], v[2:3], v[18:19], a[0:15]")
+        row = analyze(asm, target="gfx942", block=(128, 64, 64), threads=256, shared=16384)
+        row.update(variant="v", tile="prefill")
+        self.assertEqual(kr.table_cells(row)[5], "180+32=212")
+
+
+class ManifestTest(unittest.TestCase):
+    HEADER = ["target", "variant", "kernel", "family", "tile", "dtype", "block_d", "even_d", "paged", "extras",
+              "block_m", "block_n", "threads", "shared", "file"]
+
+    def write(self, directory, asm=True):
+        os.makedirs(os.path.join(directory, "gfx1100"))
+        row = ["gfx1100", "fwd_prefill_fp16_d128_flat", "attn_fwd", "fwd", "prefill", "fp16", "128", "1", "0", "0",
+               "32", "32", "256", "8192", "gfx1100/fwd_prefill_fp16_d128_flat.hsaco"]
+        cuda = ["sm_90", "fwd_prefill_fp16_d128_flat", "attn_fwd", "fwd", "prefill", "fp16", "128", "1", "0", "0",
+                "128", "64", "256", "0", "sm_90/fwd_prefill_fp16_d128_flat.cubin"]
+        with open(os.path.join(directory, "manifest.tsv"), "w") as f:
+            f.write("\n".join("\t".join(r) for r in (self.HEADER, row, cuda)) + "\n")
+        if asm:
+            with open(os.path.join(directory, "gfx1100", "fwd_prefill_fp16_d128_flat.amdgcn"), "w") as f:
+                f.write(kernel_asm())
+            with open(os.path.join(directory, "gfx1100", "fwd_prefill_fp16_d128_flat.ttgir"), "w") as f:
+                f.write(TTGIR)
+
+    def test_rows(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            self.write(tmp)
+            rows = kr.our_rows(tmp, [])
+            self.assertEqual([(r["target"], r["variant"], r["paged"]) for r in rows],
+                             [("gfx1100", "fwd_prefill_fp16_d128_flat", False)])  # sm_90 skipped
+            self.assertAlmostEqual(rows[0]["issued_useful"], 2.5)
+            self.assertEqual(kr.our_rows(tmp, ["gfx942"]), [])
+            summary = kr.summaries(rows)
+            self.assertEqual(len(summary), 1)
+            self.assertIn("worst issued/useful 2.50 (fwd_prefill_fp16_d128_flat)", summary[0])
+            self.assertIn("min waves/SIMD 6", summary[0])
+
+    def test_missing_assembly(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            self.write(tmp, asm=False)
+            with self.assertRaisesRegex(SystemExit, "no assembly beside them"):
+                kr.our_rows(tmp, [])
+
+
+def have_triton():
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@unittest.skipUnless(have_triton(), "needs triton (the build's venv)")
+class RealKernelTest(unittest.TestCase):
+    """aot.py writes the assembly and TTGIR beside an AMD code object, and the report reads them."""
+
+    def test_merge_kernel(self):
+        import aot
+
+        name, family, fields = next(v for v in aot.variants([32], ["fp16"]) if v[1] == "merge")
+        with tempfile.TemporaryDirectory() as tmp:
+            env = os.environ.get("TRITON_CACHE_DIR")
+            if env is None:
+                os.environ["TRITON_CACHE_DIR"] = os.path.join(tmp, "cache")
+            try:
+                os.makedirs(os.path.join(tmp, "gfx1100"))
+                row = aot.compile_one(("gfx1100", name, family, fields, tmp))
+            finally:
+                if env is None:
+                    del os.environ["TRITON_CACHE_DIR"]
+            with open(os.path.join(tmp, "manifest.tsv"), "w") as f:
+                f.write("\t".join(aot.MANIFEST_COLUMNS) + "\n" + "\t".join(map(str, row)) + "\n")
+            for ext in ("hsaco", "amdgcn", "ttgir"):
+                self.assertTrue(os.path.isfile(os.path.join(tmp, "gfx1100", f"{name}.{ext}")), ext)
+            (report,) = kr.our_rows(tmp, [])
+            self.assertEqual((report["family"], report["hot"], report["issued_useful"], report["dots"]),
+                             ("merge", None, None, []))
+            self.assertEqual(report["waves_regs"], report["llvm_occupancy"])
+            self.assertEqual(report["lds"], row[aot.MANIFEST_COLUMNS.index("shared")])
+
+
+if __name__ == "__main__":
+    unittest.main()

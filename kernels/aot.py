@@ -29,16 +29,45 @@ MANIFEST_COLUMNS = [
 BLOCK_DIMS = [32, 64, 128, 256]
 DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 
-# Launch tiles per (target kind, tile, block_d): BLOCK_M, BLOCK_N, num_warps, num_stages.
-# RDNA (wave32) keeps small tiles: a sweep of (BLOCK_M, BLOCK_N, warps) on gfx1100 with triton 3.6
-# picked the fewest VGPR spills per head dim (d=256 spills with every tile tried; see README).
+# Launch tiles per (tile family, kernel class) and head-dim tile: BLOCK_M, BLOCK_N, num_warps,
+# num_stages and, on AMD, the occupancy hint waves_per_eu (0: none). Kernel classes: "prefill"
+# (the plain variants), "prefill_paged" (the plain paged ones, where a family has its own),
+# "prefill_x" (with ALiBi/softcap/mm_prefix_ranges, which hold more registers; flat and paged)
+# and "decode" (16 query rows, plain features).
+#
+# Chosen from scripts/kernel_report.py's figures (triton 3.6), not from spill counts alone:
+# - A matrix instruction covers 16 query rows per wave (WMMA 16x16x16; MFMA 32x32x8 or
+#   16x16x16), so every AMD tile gives each wave at least 16 rows (BLOCK_M >= 16 x num_warps).
+#   With fewer, Triton lays the dots out over the waves so that several compute the same products
+#   (issued/useful matrix work 1.5-2.5 with the old 32x32 RDNA tiles and the 8-wave gfx942 one).
+# - Among those, the fewest instructions per 4096 useful MACs without VGPR spills in the key
+#   loop (d <= 128), at the occupancy AMD's own kernel runs at (waves_per_eu 6 on RDNA, 2 on
+#   gfx942: without the hint LLVM spends all 256 VGPRs and spills at 128-row tiles).
+# - d = 256 spills with nearly every tile that has no repeated work (so does AMD's kernel on
+#   RDNA, at 128x64): gfx11 keeps 128x32 (22.1 instructions per 4096 MACs against AMD's 20.0,
+#   39 scratch loads in the key loop against its 35); gfx12 128x16, the one without key-loop
+#   spills (16.6 against 14.0; 128x32 gives 14.3 with 10 scratch loads in the loop).
+# - Paged variants compute a gather address per key: where the flat tile spills in the key
+#   loop once paged (gfx11 and gfx942 at d = 128), the paged ones get 32-key tiles.
+# - Decode: one wave of 16 rows (the GQA group of one or a few tokens), so no wave repeats
+#   another's products; on gfx1100 at d >= 128 only 16-key tiles stay out of the key loop's
+#   scratch. More programs per CU make up for the small ones (src/triton/split.rs counts waves).
+# sm_90 keeps the tiles measured fastest on the H100/H200 (its mma needs no such rule).
 TILES = {
-    ("cdna", "prefill"): {32: (128, 64, 4, 1), 64: (128, 64, 4, 1), 128: (128, 64, 8, 1), 256: (64, 64, 8, 1)},
-    ("cdna", "decode"): {32: (16, 64, 4, 1), 64: (16, 64, 4, 1), 128: (16, 64, 4, 1), 256: (16, 32, 4, 1)},
-    ("rdna", "prefill"): {32: (32, 32, 4, 1), 64: (32, 32, 4, 1), 128: (32, 32, 8, 1), 256: (16, 16, 4, 1)},
-    ("rdna", "decode"): {32: (16, 32, 4, 1), 64: (16, 32, 4, 1), 128: (16, 32, 4, 1), 256: (16, 16, 4, 1)},
-    ("sm90", "prefill"): {32: (128, 64, 4, 3), 64: (128, 64, 4, 3), 128: (128, 64, 8, 3), 256: (64, 64, 8, 2)},
-    ("sm90", "decode"): {32: (16, 128, 4, 3), 64: (16, 128, 4, 3), 128: (16, 128, 4, 3), 256: (16, 64, 4, 2)},
+    ("cdna", "prefill"): {32: (128, 64, 4, 1, 2), 64: (128, 64, 4, 1, 2), 128: (128, 64, 4, 1, 2), 256: (128, 32, 4, 1, 2)},
+    ("cdna", "prefill_paged"): {32: (128, 64, 4, 1, 2), 64: (128, 64, 4, 1, 2), 128: (128, 32, 4, 1, 2), 256: (128, 32, 4, 1, 2)},
+    ("cdna", "prefill_x"): {32: (128, 64, 4, 1, 2), 64: (128, 64, 4, 1, 2), 128: (128, 32, 4, 1, 2), 256: (128, 64, 8, 1, 2)},
+    ("cdna", "decode"): {32: (16, 64, 1, 1, 0), 64: (16, 64, 1, 1, 0), 128: (16, 64, 1, 1, 0), 256: (16, 32, 1, 1, 0)},
+    ("rdna3", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 64, 8, 1, 6), 256: (128, 32, 8, 1, 6)},
+    ("rdna3", "prefill_paged"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (128, 32, 8, 1, 6)},
+    ("rdna3", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (64, 16, 4, 1, 6), 256: (64, 16, 4, 1, 6)},
+    ("rdna3", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 16, 1, 1, 6), 256: (16, 16, 1, 1, 6)},
+    ("rdna4", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (128, 16, 8, 1, 6)},
+    ("rdna4", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (64, 16, 4, 1, 6)},
+    ("rdna4", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 32, 1, 1, 6), 256: (16, 16, 1, 1, 6)},
+    ("sm90", "prefill"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (64, 64, 8, 2, 0)},
+    ("sm90", "prefill_x"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (64, 64, 8, 2, 0)},
+    ("sm90", "decode"): {32: (16, 128, 4, 3, 0), 64: (16, 128, 4, 3, 0), 128: (16, 128, 4, 3, 0), 256: (16, 64, 4, 2, 0)},
 }
 MERGE_BLOCK_R = 16
 MERGE_WARPS = 4
@@ -52,6 +81,25 @@ def target_kind(target):
     if target.startswith("gfx11") or target.startswith("gfx12"):
         return "rdna"
     raise SystemExit(f"aot.py: unknown target {target!r} (expected gfx9xx, gfx11xx, gfx12xx or sm_90)")
+
+
+def tile_family(target):
+    """The TILES family of a target: RDNA 3/3.5 (gfx11) and RDNA 4 (gfx12) differ in how many
+    instructions and registers a tile costs, so each has its own tiles."""
+    kind = target_kind(target)
+    if kind == "rdna":
+        return "rdna4" if target.startswith("gfx12") else "rdna3"
+    return kind
+
+
+def kernel_tile(target, fields):
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages, waves_per_eu) of an attn_fwd variant."""
+    family, kernel_class = tile_family(target), fields["tile"]
+    if kernel_class == "prefill" and fields["extras"]:
+        kernel_class = "prefill_x"
+    elif kernel_class == "prefill" and fields["paged"] and (family, "prefill_paged") in TILES:
+        kernel_class = "prefill_paged"
+    return TILES[(family, kernel_class)][fields["block_d"]]
 
 
 def gpu_target(target):
@@ -124,13 +172,13 @@ def compile_one(job):
     dtype = DTYPES[fields["dtype"]]
     if family == "fwd":
         fn = attention.attn_fwd
-        bm, bn, warps, stages = TILES[(kind, fields["tile"])][fields["block_d"]]
+        bm, bn, warps, stages, waves_per_eu = kernel_tile(target, fields)
         sig, attrs = signature(fn, FWD_POINTERS, FWD_FLOATS, dtype)
         constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": fields["block_d"], "EVEN_D": fields["even_d"],
                       "PAGED": fields["paged"], "EXTRAS": fields["extras"]}
     else:
         fn = attention.attn_merge
-        bm, bn, warps, stages = MERGE_BLOCK_R, 0, MERGE_WARPS, 1
+        bm, bn, warps, stages, waves_per_eu = MERGE_BLOCK_R, 0, MERGE_WARPS, 1, 0
         sig, attrs = signature(fn, MERGE_POINTERS, [], dtype)
         constexprs = {"BLOCK_R": MERGE_BLOCK_R, "BLOCK_D": fields["block_d"]}
     for key in constexprs:
@@ -138,7 +186,10 @@ def compile_one(job):
     started = time.time()
     target_obj = gpu_target(target)
     src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
-    kernel = triton.compile(src, target=target_obj, options={"num_warps": warps, "num_stages": stages})
+    options = {"num_warps": warps, "num_stages": stages}
+    if waves_per_eu:
+        options["waves_per_eu"] = waves_per_eu
+    kernel = triton.compile(src, target=target_obj, options=options)
     seconds = time.time() - started
     md = kernel.metadata
     scratch = [getattr(md, "global_scratch_size", 0) or 0, getattr(md, "profile_scratch_size", 0) or 0]

@@ -40,7 +40,7 @@ impl Plan {
         let heads = call.batch * call.num_heads_k;
         let (num_splits, split_len) = match blocks_m {
             0 => (1, call.max_seqlen_k.max(1).next_multiple_of(fwd.block_n as usize)),
-            _ => split::choose(blocks_m * heads, call.max_seqlen_k, fwd.block_n as usize, units),
+            _ => split::choose(blocks_m * heads, fwd.threads as usize, call.max_seqlen_k, fwd.block_n as usize, units),
         };
         if heads > MAX_GRID_YZ {
             candle::bail!(

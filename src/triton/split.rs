@@ -2,21 +2,27 @@
 //! NVIDIA SM) busy when the query side alone cannot, never so many that a split holds fewer
 //! than a few key tiles.
 
-/// Programs per compute unit the split aims for. Measured on the H100 (132 SMs, decode GQA
-/// 32/8, d=128, f16, forced split counts 4..256): the fastest counts gave 64-132 programs
+/// Programs per compute unit the split aims for, for programs of at least
+/// [`THREADS_PER_UNIT`] threads. Measured on the H100 (132 SMs, decode GQA 32/8, d=128, f16,
+/// 128-thread programs, forced split counts 4..256): the fastest counts gave 64-132 programs
 /// (b=1: 8 splits, b=4: 4 splits at 4k-32k keys); more splits only added work to the merge.
 pub const PROGRAMS_PER_UNIT: usize = 1;
+/// Threads per compute unit the split aims for at least: smaller programs (the one-wave AMD
+/// decode tiles: 32 threads on RDNA, 64 on CDNA) get proportionally more per unit, so that a
+/// CU keeps as many threads loading K/V as an SM does with the H100's 128-thread program.
+pub const THREADS_PER_UNIT: usize = 128;
 /// Key tiles a split covers at least, so the merge stays cheap beside the work.
 pub const MIN_TILES_PER_SPLIT: usize = 4;
 /// Upper bound on splits (it also bounds the accumulators' size).
 pub const MAX_SPLITS: usize = 128;
 
 /// The number of key splits and the keys per split (a multiple of `block_n`) for a grid of
-/// `programs` programs per split over `max_seqlen_k` keys, on a device of `units` compute units.
-/// Every split holds at least one key when `max_seqlen_k > 0`.
-pub fn choose(programs: usize, max_seqlen_k: usize, block_n: usize, units: usize) -> (usize, usize) {
+/// `programs` programs of `threads` threads per split over `max_seqlen_k` keys, on a device of
+/// `units` compute units. Every split holds at least one key when `max_seqlen_k > 0`.
+pub fn choose(programs: usize, threads: usize, max_seqlen_k: usize, block_n: usize, units: usize) -> (usize, usize) {
     let tiles = max_seqlen_k.div_ceil(block_n).max(1);
-    let wanted = (PROGRAMS_PER_UNIT * units.max(1)).div_ceil(programs.max(1));
+    let per_unit = PROGRAMS_PER_UNIT.max(THREADS_PER_UNIT / threads.max(1));
+    let wanted = (per_unit * units.max(1)).div_ceil(programs.max(1));
     let splits = wanted.min(tiles / MIN_TILES_PER_SPLIT).clamp(1, MAX_SPLITS);
     let tiles_per_split = tiles.div_ceil(splits);
     // Recount so that no split is left without keys.
@@ -29,27 +35,38 @@ mod tests {
 
     #[test]
     fn many_programs_need_no_split() {
-        assert_eq!(choose(132 * PROGRAMS_PER_UNIT, 1 << 17, 64, 132).0, 1);
-        assert_eq!(choose(10_000, 4096, 64, 304).0, 1);
+        assert_eq!(choose(132 * PROGRAMS_PER_UNIT, 128, 1 << 17, 64, 132).0, 1);
+        assert_eq!(choose(10_000, 256, 4096, 64, 304).0, 1);
     }
 
     #[test]
     fn decode_splits_long_caches_to_fill_the_device() {
         // b = 1, 8 k/v heads, one query block each, 128k keys, 132 SMs.
-        let (splits, len) = choose(8, 131072, 128, 132);
+        let (splits, len) = choose(8, 128, 131072, 128, 132);
         assert_eq!(splits, 17); // 132 programs wanted: 17 splits of 61 tiles
         assert!(splits * len >= 131072 && (splits - 1) * len < 131072);
         // Fewer units (an RDNA3 card with 60 CUs) want fewer splits.
-        assert!(choose(8, 131072, 32, 60).0 < splits);
+        assert!(choose(8, 128, 131072, 32, 60).0 < splits);
+    }
+
+    #[test]
+    fn one_wave_programs_get_more_programs_per_unit() {
+        // b = 1, 8 k/v heads, 128k keys on an RX 7900 XTX (96 CUs): the one-wave RDNA decode
+        // tile (32 threads) wants 4 programs per CU where a 128-thread program wants 1.
+        let (wide, _) = choose(8, 128, 131072, 16, 96);
+        let (narrow, _) = choose(8, 32, 131072, 16, 96);
+        assert_eq!((wide, narrow), (12, 48));
+        // The H100's 128- and 256-thread programs plan as before: one per SM.
+        assert_eq!(choose(8, 256, 131072, 128, 132), choose(8, 128, 131072, 128, 132));
     }
 
     #[test]
     fn short_caches_keep_whole_tiles_per_split() {
         // 1024 keys of 64: 16 tiles, at most 4 splits of >= 4 tiles.
-        let (splits, len) = choose(1, 1024, 64, 132);
+        let (splits, len) = choose(1, 128, 1024, 64, 132);
         assert_eq!((splits, len), (4, 256));
-        assert_eq!(choose(1, 100, 64, 132), (1, 128));
-        assert_eq!(choose(1, 0, 64, 132), (1, 64));
+        assert_eq!(choose(1, 128, 100, 64, 132), (1, 128));
+        assert_eq!(choose(1, 128, 0, 64, 132), (1, 64));
     }
 
     #[test]
@@ -64,14 +81,17 @@ mod tests {
         for _ in 0..10_000 {
             let (programs, keys, units) = (next(4096), next(1 << 20), next(320));
             let block_n = [16, 32, 64, 128][next(4) - 1];
-            let (splits, len) = choose(programs, keys, block_n, units);
+            let threads = [32, 64, 128, 256, 512][next(5) - 1];
+            let (splits, len) = choose(programs, threads, keys, block_n, units);
             assert!((1..=MAX_SPLITS).contains(&splits));
             assert_eq!(len % block_n, 0);
             assert!(splits * len >= keys, "{programs} {keys} {units}: keys left over");
             assert!((splits - 1) * len < keys, "{programs} {keys} {units}: an empty split");
             assert!(splits == 1 || len >= MIN_TILES_PER_SPLIT * block_n);
             // Monotone: more programs never ask for more splits.
-            assert!(choose(programs * 2, keys, block_n, units).0 <= splits);
+            assert!(choose(programs * 2, threads, keys, block_n, units).0 <= splits);
+            // Smaller programs never get fewer splits.
+            assert!(choose(programs, threads / 2, keys, block_n, units).0 >= splits);
         }
     }
 }

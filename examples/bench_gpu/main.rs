@@ -3,66 +3,153 @@
 //! launches closed by one synchronize. Prints one line `key=value ...` for
 //! scripts/bench_gpu.py, which interleaves it with PyTorch's SDPA.
 //!
-//!   bench_gpu prefill DTYPE B S H D CAUSAL     (f16|bf16, causal 0|1; s_q = s_k = S)
-//!   bench_gpu decode DTYPE B S_K H H_K D       (one query row per sequence)
-//!   bench_gpu decode DTYPE B S_K H H_K D SPLITS   (the same with a forced split count, to tune
-//!                                              the heuristic of src/triton/split.rs)
-//!
-//! Inputs are left as allocated: timing does not depend on the values.
-use candle::{DType, Layout, Shape};
-use flash_attn_rocm::gpu::Driver;
-use flash_attn_rocm::params::{AttnCall, Request};
+//! Inputs are left as allocated: timing does not depend on the values (the paged mode's block
+//! table and seqlens are real: a shuffled table, every sequence S_K keys long).
+use candle::{DType, Device, Layout, Shape, Tensor};
+use flash_attn_rocm::gpu::{DeviceBuffer, Driver};
+use flash_attn_rocm::params::{AttnCall, Request, VarLenRequest};
 use flash_attn_rocm::rocm::DeviceBuffers;
 use flash_attn_rocm::triton::{launch, plan};
 use std::time::Instant;
 
-fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let n = |i: usize| -> anyhow::Result<usize> { Ok(args.get(i).ok_or_else(|| anyhow::anyhow!("missing argument {i}"))?.parse()?) };
+const USAGE: &str = "usage:
+  bench_gpu prefill DTYPE B S H D CAUSAL        (f16|bf16, causal 0|1; s_q = s_k = S)
+  bench_gpu decode DTYPE B S_K H H_K D [SPLITS] (one query row per sequence)
+  bench_gpu paged DTYPE B S_K H H_K D PAGE [SPLITS]
+                                               (decode over a paged cache of PAGE-key pages)
+SPLITS forces the key split count, to tune the heuristic of src/triton/split.rs.";
+
+/// One benchmark shape.
+struct BenchShape {
+    b: usize,
+    s_q: usize,
+    s_k: usize,
+    h: usize,
+    h_k: usize,
+    d: usize,
+    causal: bool,
+    page: Option<usize>,
+    splits: Option<usize>,
+}
+
+fn parse(args: &[String]) -> anyhow::Result<(DType, BenchShape)> {
+    let n = |i: usize| -> anyhow::Result<usize> {
+        Ok(args.get(i).ok_or_else(|| anyhow::anyhow!("missing argument {i}\n{USAGE}"))?.parse()?)
+    };
+    let opt = |i: usize| args.get(i).map(|a| a.parse::<usize>()).transpose();
     let dtype = match args.get(1).map(String::as_str) {
         Some("f16") => DType::F16,
         Some("bf16") => DType::BF16,
-        other => anyhow::bail!("dtype f16 or bf16, got {other:?}"),
+        other => anyhow::bail!("dtype f16 or bf16, got {other:?}\n{USAGE}"),
     };
-    let (b, s_q, s_k, h, h_k, d, causal) = match args.first().map(String::as_str) {
-        Some("prefill") => (n(2)?, n(3)?, n(3)?, n(4)?, n(4)?, n(5)?, n(6)? == 1),
-        Some("decode") => (n(2)?, 1, n(3)?, n(4)?, n(5)?, n(6)?, false),
-        other => anyhow::bail!("mode prefill or decode, got {other:?}"),
+    let shape = match args.first().map(String::as_str) {
+        Some("prefill") => {
+            let (s, h) = (n(3)?, n(4)?);
+            BenchShape { b: n(2)?, s_q: s, s_k: s, h, h_k: h, d: n(5)?, causal: n(6)? == 1, page: None, splits: None }
+        }
+        Some("decode") => BenchShape { b: n(2)?, s_q: 1, s_k: n(3)?, h: n(4)?, h_k: n(5)?, d: n(6)?, causal: false, page: None, splits: opt(7)? },
+        Some("paged") => {
+            BenchShape { b: n(2)?, s_q: 1, s_k: n(3)?, h: n(4)?, h_k: n(5)?, d: n(6)?, causal: false, page: Some(n(7)?), splits: opt(8)? }
+        }
+        other => anyhow::bail!("mode prefill, decode or paged, got {other:?}\n{USAGE}"),
     };
+    Ok((dtype, shape))
+}
+
+/// A shuffled table (a fixed permutation of the blocks), so pages are not read in order.
+fn shuffled_table(b: usize, max_blocks: usize) -> Vec<u32> {
+    let blocks = b * max_blocks;
+    let mut table: Vec<u32> = (0..blocks as u32).collect();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for i in (1..blocks).rev() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        table.swap(i, (state % (i as u64 + 1)) as usize);
+    }
+    table
+}
+
+fn bytes(values: &[u32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_ne_bytes()).collect()
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.is_empty() || args[0] == "--help" || args[0] == "-h" {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    let (dtype, x) = parse(&args)?;
     let driver = if cfg!(feature = "cuda-verify") { Driver::cuda()? } else { Driver::hip()? };
     driver.set_device(0)?;
+    // Paged: b sequences of s_k keys in pages; the side tensors' values go to the device below.
+    let max_blocks = x.page.map_or(0, |p| x.s_k.div_ceil(p));
+    let cu_q: Vec<u32> = (0..=x.b as u32).collect();
+    let cu_k: Vec<u32> = (0..=x.b as u32).map(|i| i * x.s_k as u32).collect();
+    let table = shuffled_table(x.b, max_blocks);
+    let host = |v: &[u32], shape: &[usize]| Tensor::from_vec(v.to_vec(), shape, &Device::Cpu);
+    let (sq, sk, table_t) = (host(&cu_q, &[x.b + 1])?, host(&cu_k, &[x.b + 1])?, host(&table, &[x.b, max_blocks])?);
+    let varlen = x.page.map(|page| VarLenRequest {
+        seqlens_q: &sq,
+        seqlens_k: &sk,
+        max_seqlen_q: 1,
+        max_seqlen_k: x.s_k,
+        block_table: Some(&table_t),
+        page_block_size: Some(page),
+        mm_prefix_ranges: None,
+    });
     let req = Request {
-        softmax_scale: 1.0 / (d as f32).sqrt(),
+        softmax_scale: 1.0 / (x.d as f32).sqrt(),
         alibi_slopes: None,
         window_size_left: None,
-        window_size_right: causal.then_some(0),
+        window_size_right: x.causal.then_some(0),
         softcap: None,
-        varlen: None,
+        varlen,
     };
-    let q_l = Layout::contiguous(Shape::from((b, s_q, h, d)));
-    let kv_l = Layout::contiguous(Shape::from((b, s_k, h_k, d)));
-    let call = AttnCall::new(&req, [dtype; 3], &q_l, &kv_l, &kv_l)?;
+    let (q_l, kv_l) = match x.page {
+        Some(page) => (Shape::from((x.b, x.h, x.d)), Shape::from((x.b * max_blocks, page, x.h_k, x.d))),
+        None => (Shape::from((x.b, x.s_q, x.h, x.d)), Shape::from((x.b, x.s_k, x.h_k, x.d))),
+    };
+    let (q_l, kv_l) = (Layout::contiguous(q_l), Layout::contiguous(kv_l));
+    let call = AttnCall::on_device(&req, [dtype; 3], &q_l, &kv_l, &kv_l)?;
     let mut plan = plan(driver, &call)?;
-    if let Some(splits) = args.get(7).filter(|_| args[0] == "decode") {
-        let tiles = s_k.div_ceil(plan.kernels.fwd.block_n as usize);
-        let per_split = tiles.div_ceil(splits.parse::<usize>()?.clamp(1, tiles));
+    if let Some(splits) = x.splits {
+        let tiles = x.s_k.div_ceil(plan.kernels.fwd.block_n as usize);
+        let per_split = tiles.div_ceil(splits.clamp(1, tiles));
         plan.split_len = per_split * plan.kernels.fwd.block_n as usize;
         plan.num_splits = tiles.div_ceil(per_split);
         plan.grid[2] = plan.num_splits as u32;
     }
-    let (q, k, v) = (driver.malloc(b * s_q * h * d * 2)?, driver.malloc(b * s_k * h_k * d * 2)?, driver.malloc(b * s_k * h_k * d * 2)?);
-    let out = driver.malloc(b * s_q * h * d * 2)?;
-    let lse = driver.malloc(b * h * s_q * 4)?;
+    let kv_elems = kv_l.shape().elem_count();
+    let q_elems = q_l.shape().elem_count();
     let (l_len, o_len) = plan.scratch_lens(&call);
-    let (l_acc, o_acc) = (driver.malloc(l_len * 4)?, driver.malloc(o_len * 4)?);
+    let alloc = |bytes: usize| driver.malloc(bytes);
+    let memory: Vec<DeviceBuffer> = [q_elems * 2, kv_elems * 2, kv_elems * 2, q_elems * 2, q_elems / x.d * 4, l_len * 4, o_len * 4]
+        .into_iter()
+        .map(alloc)
+        .collect::<Result<_, _>>()?;
+    let side: Vec<DeviceBuffer> = [bytes(&cu_q), bytes(&cu_k), bytes(&table)]
+        .iter()
+        .map(|data| {
+            let buffer = driver.malloc(data.len())?;
+            driver.copy_to_device(&buffer, data)?;
+            Ok(buffer)
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let paged = x.page.is_some();
     let buffers = DeviceBuffers {
-        q: q.addr(),
-        k: k.addr(),
-        v: v.addr(),
-        out: out.addr(),
-        lse: lse.addr(),
-        lse_acc: l_acc.addr(),
-        o_acc: o_acc.addr(),
+        q: memory[0].addr(),
+        k: memory[1].addr(),
+        v: memory[2].addr(),
+        out: memory[3].addr(),
+        lse: memory[4].addr(),
+        lse_acc: memory[5].addr(),
+        o_acc: memory[6].addr(),
+        seqstart_q: if paged { side[0].addr() } else { 0 },
+        seqstart_k: if paged { side[1].addr() } else { 0 },
+        block_table: if paged { side[2].addr() } else { 0 },
+        block_table_row_stride: max_blocks,
         ..DeviceBuffers::default()
     };
     // SAFETY: every buffer above is a live allocation of this device sized for `call` and the
@@ -82,10 +169,12 @@ fn main() -> anyhow::Result<()> {
             Ok(t.elapsed().as_secs_f64() / iters as f64)
         })
         .collect::<anyhow::Result<_>>()?;
+    flash_attn_rocm::triton::take_faults(driver)?;
     times.sort_by(f64::total_cmp);
     let t = times[3];
-    let flops = 4.0 * (b * h * s_q * s_k * d) as f64 / if causal { 2.0 } else { 1.0 };
-    let kv_bytes = 2.0 * (b * s_k * h_k * d * 2) as f64;
+    let (b, h, h_k, d) = (x.b, x.h, x.h_k, x.d);
+    let flops = 4.0 * (b * h * x.s_q * x.s_k * d) as f64 / if x.causal { 2.0 } else { 1.0 };
+    let kv_bytes = 2.0 * (b * x.s_k * h_k * d * 2) as f64;
     println!(
         "ms={:.4} tflops={:.1} kv_gbps={:.1} splits={} tile={:?} block_m={} block_n={}",
         t * 1e3,

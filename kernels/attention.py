@@ -53,6 +53,18 @@ def _i64(x):
 
 
 @triton.jit
+def _divmod(n, d, magic):
+    """(n // d, n % d) for 0 <= n < 2^31 and a run-time d >= 1 without a division instruction
+    (a division is a long instruction sequence, issued per key in the paged loop): `magic` is
+    floor((2^32 - 1) / d) as 32 bits; umulhi(n, magic) is the quotient or one less (the error
+    n (1/d - magic / 2^32) stays below 1), and one comparison corrects it."""
+    q = tl.umulhi(n.to(tl.uint32), magic.to(tl.uint32, bitcast=True)).to(tl.int32)
+    r = n - q * d
+    fix = r >= d
+    return tl.where(fix, q + 1, q), tl.where(fix, r - d, r)
+
+
+@triton.jit
 def _tanh(x):
     # 1 - 2 / (e^{2x} + 1): exact limits at +-inf, no tanh intrinsic needed on any backend.
     return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
@@ -91,7 +103,7 @@ def _attend(
     acc, m_i, l_i, q,
     K, V, table_row, offs_d, d_mask,
     start, end,
-    k_len, page_size, num_blocks, Fault,
+    k_len, page_size, page_magic, num_blocks, Fault,
     stride_kb, stride_kn, stride_vb, stride_vn,
     qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
     row_lo, row_hi, pre_lo, pre_hi,
@@ -103,12 +115,12 @@ def _attend(
         offs_n = n0 + tl.arange(0, BLOCK_N)
         if PAGED:
             in_seq = offs_n < k_len
-            page = tl.load(table_row + offs_n // page_size, mask=in_seq, other=0)
+            column, slot = _divmod(offs_n, page_size, page_magic)
+            page = tl.load(table_row + column, mask=in_seq, other=0)
             # A block id outside the cache reads block 0 and is reported (lanes of bad ids only).
             bad_page = in_seq & ((page < 0) | (page >= num_blocks))
             tl.atomic_or(Fault + offs_n * 0, 4, mask=bad_page, sem="relaxed", scope="sys")
             page = _i64(tl.where(bad_page, 0, page))
-            slot = offs_n % page_size
             k_rows = page * stride_kb + slot * stride_kn
             v_rows = page * stride_vb + slot * stride_vn
         else:
@@ -175,7 +187,7 @@ def attn_fwd(
     stride_bt, stride_mmb,
     is_varlen, seqlen_q, seqlen_k, rows_per_batch, total_rows, kv_rows, kv_len_cap,
     num_heads, num_heads_k, head_dim,
-    window_left, window_right, page_size, num_blocks,
+    window_left, window_right, page_size, page_magic, num_blocks,
     has_softcap, has_alibi, num_mm_ranges,
     num_splits, split_len,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -273,17 +285,17 @@ def attn_fwd(
     qk_scale = sm_scale * LOG2E
 
     acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, start, f0,
-                            k_len, page_size, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
+                            k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                             qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
                             row_lo, row_hi, pre_lo, pre_hi,
                             BLOCK_N, PAGED, EXTRAS, True, EVEN_D)
     acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f0, f1,
-                            k_len, page_size, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
+                            k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                             qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
                             row_lo, row_hi, pre_lo, pre_hi,
                             BLOCK_N, PAGED, EXTRAS, False, EVEN_D)
     acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f1, end,
-                            k_len, page_size, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
+                            k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                             qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
                             row_lo, row_hi, pre_lo, pre_hi,
                             BLOCK_N, PAGED, EXTRAS, True, EVEN_D)

@@ -299,3 +299,27 @@ fn misaligned_views_and_missing_lse_are_refused() {
     let err = fwd_args(&call, &DeviceBuffers { lse: 0, ..BUFFERS }, &plan).unwrap_err().to_string();
     assert!(err.contains("LSE"), "{err}");
 }
+
+/// The kernels divide key indices by the page size as `_divmod` does (kernels/attention.py):
+/// q = umulhi(n, page_magic), then one correction. Exact for every n < 2^31 and page size.
+#[test]
+fn the_page_magic_divides_exactly() {
+    let mut rng = common::rng("the_page_magic_divides_exactly");
+    let divmod = |n: u32, d: u32| {
+        let magic = flash_attn_rocm::triton::marshal::page_magic(d as usize) as u32;
+        let q = ((n as u64 * magic as u64) >> 32) as u32;
+        let r = n - q * d;
+        if r >= d { (q + 1, r - d) } else { (q, r) }
+    };
+    let edges = [1u32, 2, 3, 7, 16, 33, 100, 255, 256, 4096, (1 << 20) + 1, i32::MAX as u32];
+    for &d in &edges {
+        for n in [0u32, 1, d - 1, d, d + 1, (i32::MAX as u32) - 1, i32::MAX as u32] {
+            assert_eq!(divmod(n, d), (n / d, n % d), "n {n} d {d}");
+        }
+    }
+    for _ in 0..200_000 {
+        let d = if rng.gen_bool(0.5) { rng.gen_range(1..=512) } else { rng.gen_range(1..=i32::MAX as u32) };
+        let n = rng.gen_range(0..=i32::MAX as u32);
+        assert_eq!(divmod(n, d), (n / d, n % d), "n {n} d {d}");
+    }
+}

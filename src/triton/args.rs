@@ -88,6 +88,9 @@ kernel_args! {
         window_left: i32 = "window_left",
         window_right: i32 = "window_right",
         page_size: i32 = "page_size",
+        /// `floor((2^32 - 1) / page_size)` as 32 bits: the kernel divides key indices by the
+        /// page size with a multiply (`_divmod`).
+        page_magic: i32 = "page_magic",
         /// Paged: blocks in the k/v cache (the range of a valid block id).
         num_blocks: i32 = "num_blocks",
         has_softcap: i32 = "has_softcap",

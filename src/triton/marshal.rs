@@ -177,6 +177,7 @@ pub fn fwd_args(call: &AttnCall, buffers: &DeviceBuffers, plan: &Plan) -> Result
         window_left: call.window.left,
         window_right: call.window.right,
         page_size: int("page_block_size", paging.map_or(1, |p| p.page_block_size))?,
+        page_magic: page_magic(paging.map_or(1, |p| p.page_block_size)),
         num_blocks: int("k/v blocks", paging.map_or(0, |p| p.num_blocks))?,
         has_softcap: call.softcap.is_some() as i32,
         has_alibi: call.alibi.is_some() as i32,
@@ -211,6 +212,12 @@ pub fn merge_args(fwd: &FwdArgs) -> MergeArgs {
         head_dim: fwd.head_dim,
         num_splits: fwd.num_splits,
     }
+}
+
+/// `floor((2^32 - 1) / page_size)` as the i32 with its bits: `_divmod` in the kernels divides
+/// key indices by the page size with it. `page_size` is at least 1 (validated).
+pub fn page_magic(page_size: usize) -> i32 {
+    (u32::MAX / page_size.max(1) as u32) as i32
 }
 
 /// Checks that an f32 accumulator starts on a 16-byte boundary.

@@ -4,6 +4,7 @@
 // the call's own HIP work must reach the caller. Built and run by .ci/rocm-check.sh:
 //   g++ -std=c++17 -O1 -Itests/cpp/fake_hip -Icsrc tests/cpp/hip_last_error.cpp -o hip_last_error
 #include "hip_check.h"
+#include "check.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -14,17 +15,6 @@
 using flash_attn_rocm::call_ck;
 using flash_attn_rocm::launch_kernel;
 
-#define CHECK(cond, ...)                                                   \
-    do                                                                     \
-    {                                                                      \
-        if(!(cond))                                                        \
-        {                                                                  \
-            std::fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            std::fprintf(stderr, __VA_ARGS__);                             \
-            std::fprintf(stderr, "\n");                                    \
-            std::exit(1);                                                  \
-        }                                                                  \
-    } while(0)
 
 namespace {
 

@@ -2,6 +2,7 @@
 // corrupted inputs. Built and run by .ci/rocm-check.sh:
 //   g++ -std=c++17 -O1 -Icsrc tests/cpp/side_tensor_clamp.cpp -o clamp && ./clamp
 #include "side_tensor_clamp.h"
+#include "check.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -12,17 +13,6 @@ using flash_attn_rocm::clamp_block_id;
 using flash_attn_rocm::clamp_cumulative;
 using flash_attn_rocm::paged_max_len;
 
-#define CHECK(cond, ...)                                                  \
-    do                                                                    \
-    {                                                                     \
-        if(!(cond))                                                       \
-        {                                                                 \
-            std::fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            std::fprintf(stderr, __VA_ARGS__);                            \
-            std::fprintf(stderr, "\n");                                   \
-            std::exit(1);                                                 \
-        }                                                                 \
-    } while(0)
 
 // What the kernels may rely on, stated independently of the implementation.
 bool in_bounds(const std::vector<int32_t>& cu, int32_t rows, int32_t max_len)

@@ -14,6 +14,8 @@ import sys
 import tempfile
 import unittest
 
+from triton_support import have_triton
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "kernels"))
 # No __pycache__ in kernels/: the build script watches that folder and would rebuild.
@@ -185,14 +187,6 @@ class ContractTest(unittest.TestCase):
     def test_dynamic_stack(self):
         text = AMDGCN.replace(".uses_dynamic_stack: false", ".uses_dynamic_stack: true")
         self.assert_one_problem(self.problems(text), "dynamic stack", "24 bytes")
-
-
-def have_triton():
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 @unittest.skipUnless(have_triton(), "needs triton (the build's venv)")

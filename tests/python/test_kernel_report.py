@@ -14,6 +14,8 @@ import sys
 import tempfile
 import unittest
 
+from triton_support import have_triton
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 sys.path.insert(0, os.path.join(REPO, "kernels"))
@@ -327,14 +329,6 @@ class ManifestTest(unittest.TestCase):
             self.write(tmp, asm=False)
             with self.assertRaisesRegex(SystemExit, "no assembly beside them"):
                 kr.our_rows(tmp, [])
-
-
-def have_triton():
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 @unittest.skipUnless(have_triton(), "needs triton (the build's venv)")

@@ -73,8 +73,12 @@ pub fn guarded_buffers(buffers: &DeviceBuffers, guard: &CkSideTensorGuard) -> De
     }
 }
 
-/// The side tensors (with what was wrong) that the fault `bits` name.
-pub fn fault_names(bits: u32) -> Vec<&'static str> {
+/// `Ok` for no fault bits, else an `Err` naming the side tensors an earlier call (CK's guard or
+/// the Triton kernels) found out of range.
+pub fn faults_to_result(bits: u32) -> Result<()> {
+    if bits == 0 {
+        return Ok(());
+    }
     let names = [
         (SideTensorFault::SeqlensQ, "seqlens_q (steps back, passes the rows of q, or a sequence longer than max_seqlen_q)"),
         (
@@ -83,19 +87,11 @@ pub fn fault_names(bits: u32) -> Vec<&'static str> {
         ),
         (SideTensorFault::BlockTable, "block_table (a block id outside the k/v cache)"),
     ];
-    names.iter().filter(|(f, _)| bits & f.repr != 0).map(|(_, n)| *n).collect()
-}
-
-/// `Ok` for no fault bits, else an `Err` naming the side tensors an earlier call (CK's guard or
-/// the Triton kernels) found out of range.
-pub fn faults_to_result(bits: u32) -> Result<()> {
-    if bits == 0 {
-        return Ok(());
-    }
+    let found: Vec<&str> = names.iter().filter(|(f, _)| bits & f.repr != 0).map(|(_, n)| *n).collect();
     candle::bail!(
         "flash-attn-rocm: an earlier call (not this one) had out-of-range values in {}; the kernels replaced them \
          (affected sequences were computed as empty, their output rows are zeros) and this call was not run",
-        fault_names(bits).join(" and ")
+        found.join(" and ")
     )
 }
 

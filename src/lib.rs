@@ -116,6 +116,8 @@
 mod api;
 pub mod cpu;
 #[cfg(feature = "triton")]
+pub mod glue;
+#[cfg(feature = "triton")]
 pub mod gpu;
 mod op;
 pub mod params;

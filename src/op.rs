@@ -159,13 +159,21 @@ macro_rules! impl_custom_op3 {
                 v: &candle::RocmStorage,
                 v_l: &Layout,
             ) -> Result<(candle::RocmStorage, Shape)> {
-                let (out, _lse) = crate::rocm::candle_glue::forward(
-                    &self.request(),
-                    (q, q_l),
-                    (k, k_l),
-                    (v, v_l),
-                    false,
-                )?;
+                let (out, _) = crate::glue::candle_rocm::forward(&self.request(), (q, q_l), (k, k_l), (v, v_l), false)?;
+                Ok((out, q_l.shape().clone()))
+            }
+
+            #[cfg(feature = "candle-cuda")]
+            fn cuda_fwd(
+                &self,
+                q: &candle::CudaStorage,
+                q_l: &Layout,
+                k: &candle::CudaStorage,
+                k_l: &Layout,
+                v: &candle::CudaStorage,
+                v_l: &Layout,
+            ) -> Result<(candle::CudaStorage, Shape)> {
+                let (out, _) = crate::glue::candle_cuda::forward(&self.request(), (q, q_l), (k, k_l), (v, v_l), false)?;
                 Ok((out, q_l.shape().clone()))
             }
         }
@@ -193,17 +201,20 @@ pub(crate) fn forward_with_lse(
         }
         #[cfg(feature = "candle-rocm")]
         (Storage::Rocm(q_r), Storage::Rocm(k_r), Storage::Rocm(v_r)) => {
-            let ((out, lse), lse_dims) = crate::rocm::candle_glue::forward_with_lse_dims(
-                req,
-                (q_r, q_l),
-                (k_r, k_l),
-                (v_r, v_l),
-            )?;
+            let (out, lse) = crate::glue::candle_rocm::forward(req, (q_r, q_l), (k_r, k_l), (v_r, v_l), true)?;
+            let (lse, lse_dims) = lse.expect("requested");
             (Storage::Rocm(out), Storage::Rocm(lse), lse_dims)
         }
+        #[cfg(feature = "candle-cuda")]
+        (Storage::Cuda(q_c), Storage::Cuda(k_c), Storage::Cuda(v_c)) => {
+            let (out, lse) = crate::glue::candle_cuda::forward(req, (q_c, q_l), (k_c, k_l), (v_c, v_l), true)?;
+            let (lse, lse_dims) = lse.expect("requested");
+            (Storage::Cuda(out), Storage::Cuda(lse), lse_dims)
+        }
         _ => candle::bail!(
-            "flash-attn: q, k and v must be on the same supported device (cpu{}), got {:?}, {:?}, {:?}",
-            if cfg!(feature = "candle-rocm") { " or rocm" } else { "" },
+            "flash-attn: q, k and v must be on the same supported device (cpu{}{}), got {:?}, {:?}, {:?}",
+            if cfg!(feature = "candle-rocm") { ", rocm" } else { "" },
+            if cfg!(feature = "candle-cuda") { ", cuda" } else { "" },
             q.device().location(),
             k.device().location(),
             v.device().location()

@@ -22,6 +22,8 @@ const CANDIDATES: Candidates = Candidates {
 
 /// `CUDA_ERROR_NO_DEVICE`.
 const CUDA_ERROR_NO_DEVICE: i32 = 100;
+/// `cuCtxGetDevice` on a thread without a current context.
+const CUDA_ERROR_INVALID_CONTEXT: i32 = 201;
 const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: i32 = 16;
 const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: i32 = 75;
 const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: i32 = 76;
@@ -60,6 +62,7 @@ driver_functions! {
         cuMemFree_v2: fn(DevicePtr) -> i32;
         cuMemcpyHtoD_v2: fn(DevicePtr, *const c_void, usize) -> i32;
         cuMemcpyDtoH_v2: fn(*mut c_void, DevicePtr, usize) -> i32;
+        cuMemsetD32Async: fn(DevicePtr, u32, usize, Handle) -> i32;
         cuMemHostAlloc: fn(*mut *mut c_void, usize, u32) -> i32;
         cuMemHostGetDevicePointer_v2: fn(*mut DevicePtr, *mut c_void, u32) -> i32;
         cuGetErrorName: fn(i32, *mut *const c_char) -> i32;
@@ -247,6 +250,25 @@ impl Backend for Cuda {
             (self.functions.cuMemcpyHtoD_v2)(dst as DevicePtr, src.as_ptr().cast(), src.len())
         };
         self.check("cuMemcpyHtoD_v2", status)
+    }
+
+    unsafe fn fill_u32_async(&self, addr: usize, value: u32, count: usize, stream: usize) -> GpuResult<()> {
+        // SAFETY: the caller guarantees the device range and the stream.
+        let status = unsafe {
+            (self.functions.cuMemsetD32Async)(addr as DevicePtr, value, count, stream as Handle)
+        };
+        self.check("cuMemsetD32Async", status)
+    }
+
+    /// A thread with no current context starts on device 0 (its primary context), as a HIP
+    /// thread does; any other status of `cuCtxGetDevice` is an error.
+    fn current_device(&self) -> GpuResult<i32> {
+        let mut ordinal = 0;
+        // SAFETY: `ordinal` is a writable int.
+        match unsafe { (self.functions.cuCtxGetDevice)(&mut ordinal) } {
+            CUDA_ERROR_INVALID_CONTEXT => self.set_device(0).map(|()| 0),
+            status => self.check("cuCtxGetDevice", status).map(|()| ordinal),
+        }
     }
 
     unsafe fn copy_to_host(&self, dst: &mut [u8], src: usize) -> GpuResult<()> {

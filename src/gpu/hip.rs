@@ -94,6 +94,7 @@ driver_functions! {
         hipFree: fn(Handle) -> i32;
         hipMemcpyHtoD: fn(Handle, *const c_void, usize) -> i32;
         hipMemcpyDtoH: fn(*mut c_void, Handle, usize) -> i32;
+        hipMemsetD32Async: fn(Handle, i32, usize, Handle) -> i32;
         hipHostGetDevicePointer: fn(*mut Handle, *mut c_void, u32) -> i32;
         hipDeviceSynchronize: fn() -> i32;
         hipGetErrorName: fn(i32) -> *const c_char;
@@ -267,6 +268,15 @@ impl Backend for Hip {
             (self.functions.hipMemcpyHtoD)(dst as Handle, src.as_ptr().cast(), src.len())
         };
         self.check("hipMemcpyHtoD", status)
+    }
+
+    unsafe fn fill_u32_async(&self, addr: usize, value: u32, count: usize, stream: usize) -> GpuResult<()> {
+        // SAFETY: the caller guarantees the device range and the stream; the int takes the
+        // word's bits unchanged.
+        let status = unsafe {
+            (self.functions.hipMemsetD32Async)(addr as Handle, value as i32, count, stream as Handle)
+        };
+        self.check("hipMemsetD32Async", status)
     }
 
     unsafe fn copy_to_host(&self, dst: &mut [u8], src: usize) -> GpuResult<()> {

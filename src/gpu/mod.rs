@@ -113,6 +113,20 @@ trait Backend: Send + Sync {
     /// of every device (portable) and coherent (device writes reach the host without a copy or
     /// a synchronization). Never freed: its one user lives as long as the process.
     fn alloc_mapped_host(&self, bytes: usize) -> GpuResult<MappedHostMemory>;
+    /// Queues on `stream` the write of `value` to `count` u32 words at `addr`.
+    /// # Safety
+    /// `addr..addr + 4 * count` lies in one live allocation of the stream's device.
+    unsafe fn fill_u32_async(&self, addr: usize, value: u32, count: usize, stream: usize) -> GpuResult<()>;
+
+    /// The ordinal of this thread's current device. A CUDA thread that never chose one has no
+    /// current context; its backend overrides this to start it on device 0, as HIP does.
+    fn current_device(&self) -> GpuResult<i32> {
+        let Call { name, function } = self.shared().current_device;
+        let mut ordinal = 0;
+        // SAFETY: `ordinal` is a writable int.
+        self.check(name, unsafe { function(&mut ordinal) })?;
+        Ok(ordinal)
+    }
 
     /// Waits for all work on the current device. A method, not only a shared call, so that the
     /// mock backend can count the host round trips it stands for.
@@ -213,14 +227,27 @@ impl Driver {
         self.backend.set_device(ordinal)
     }
 
-    /// The ordinal of this thread's current device (`hipGetDevice` / `cuCtxGetDevice`).
+    /// The ordinal of this thread's current device (`hipGetDevice` / `cuCtxGetDevice`). A
+    /// thread starts on device 0 with either API: with CUDA, a thread that has no current
+    /// context yet gets device 0's primary context made current, as a HIP thread starts on
+    /// device 0 (so that calls from fresh threads, e.g. a thread pool's, behave alike).
     pub fn current_device(&self) -> GpuResult<i32> {
-        let Call { name, function } = self.backend.shared().current_device;
-        let mut ordinal = 0;
-        // SAFETY: `ordinal` is a writable int.
-        self.backend
-            .check(name, unsafe { function(&mut ordinal) })?;
-        Ok(ordinal)
+        self.backend.current_device()
+    }
+
+    /// Queues on `stream` (a `hipStream_t` / `CUstream`; 0 is the null stream) the write of
+    /// `value` to the `count` u32 words at device address `addr` (`hipMemsetD32Async` /
+    /// `cuMemsetD32Async`); an f32 fill writes `value.to_bits()`.
+    ///
+    /// # Safety
+    /// `addr..addr + 4 * count` lies in one live allocation of the current device, which the
+    /// stream belongs to, and stays allocated until the stream has run the fill.
+    pub unsafe fn fill_u32_async(&self, addr: usize, value: u32, count: usize, stream: usize) -> GpuResult<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.backend.fill_u32_async(addr, value, count, stream) }
     }
 
     /// How many devices the driver sees; 0, not an error, when it reports that there are none.

@@ -7,8 +7,6 @@
 //! API over raw device pointers and a `hipStream_t` (an `Err` in builds whose archs include no
 //! CK arch, where CK is not built; see `BUILD_INFO`).
 
-#[cfg(feature = "candle-rocm")]
-pub(crate) mod candle_glue;
 pub mod dispatch;
 pub mod ffi;
 pub mod guard;

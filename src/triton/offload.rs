@@ -2,15 +2,15 @@
 //! GPU through the Triton path (upload, launch, download), so that every public function can be
 //! checked against the CPU backend on any machine with a GPU driver, with no Candle GPU device.
 //!
-//! It takes the product path's view of the side tensors: seqlens and block tables are checked by
-//! shape only ([`AttnCall::on_device`]) and their values by the kernels, which report bad ones to
-//! the fault word; a call reports the faults of earlier calls ([`super::take_faults`]) before it
-//! runs, as a Candle device's call does. The split accumulators start as NaN, as recycled memory
-//! may, so that a kernel reading an accumulator it never wrote shows.
-use super::{launch, plan, take_faults};
+//! It runs the product path itself ([`crate::glue::forward`]) over a device whose buffers are
+//! plain driver allocations: seqlens and block tables are checked by shape only and their
+//! values by the kernels, and a call reports the faults of earlier calls, as a Candle device's
+//! call does. Buffers the path does not ask to be zeroed (the output when every row is written,
+//! the split accumulators) start as NaN, as recycled memory may, so that a kernel reading an
+//! element it never wrote shows.
+use crate::glue::{GpuDevice, Inputs};
 use crate::gpu::{DeviceBuffer, Driver};
 use crate::params::{AttnCall, Request};
-use crate::rocm::DeviceBuffers;
 use candle::backend::BackendStorage;
 use candle::{CpuStorage, DType, Layout, Result, Tensor};
 use std::cell::Cell;
@@ -60,9 +60,52 @@ fn upload<'d>(driver: &'d Driver, data: &[u8]) -> Result<DeviceBuffer<'d>> {
     Ok(buffer)
 }
 
+/// The thread's current device of a driver, with allocations copied from host memory and the
+/// null stream; nothing here is stream-ordered, so uploads finish before the kernels start and
+/// the path's buffers are read back after a synchronize.
+struct Offload {
+    driver: &'static Driver,
+    ordinal: i32,
+}
+
+impl GpuDevice for Offload {
+    type Buffer = DeviceBuffer<'static>;
+
+    fn driver(&self) -> Result<&'static Driver> {
+        Ok(self.driver)
+    }
+
+    fn ordinal(&self) -> i32 {
+        self.ordinal
+    }
+
+    fn stream(&self) -> usize {
+        0
+    }
+
+    fn alloc(&self, dtype: DType, len: usize, zeroed: bool) -> Result<DeviceBuffer<'static>> {
+        upload(self.driver, &vec![if zeroed { 0 } else { 0xff }; len * dtype.size_in_bytes()])
+    }
+
+    /// Uploads the side tensors (contiguous), and waits for the kernels before freeing them.
+    fn with_addresses<R>(
+        &self,
+        tensors: &[&Tensor],
+        buffers: &mut [&mut DeviceBuffer<'static>],
+        queue: impl FnOnce(&[(usize, Layout)], &[usize]) -> Result<R>,
+    ) -> Result<R> {
+        let uploads = tensors.iter().map(|t| upload_tensor(self.driver, t)).collect::<Result<Vec<_>>>()?;
+        let side: Vec<(usize, Layout)> = uploads.iter().map(|(b, layout)| (b.addr(), layout.clone())).collect();
+        let addrs: Vec<usize> = buffers.iter().map(|b| b.addr()).collect();
+        let result = queue(&side, &addrs)?;
+        self.driver.synchronize()?;
+        Ok(result)
+    }
+}
+
 /// A side tensor (seqlens, block table, slopes, ranges) on the device, contiguous, with its
-/// row stride.
-fn upload_tensor<'d>(driver: &'d Driver, t: &Tensor) -> Result<(DeviceBuffer<'d>, usize)> {
+/// contiguous layout.
+fn upload_tensor(driver: &'static Driver, t: &Tensor) -> Result<(DeviceBuffer<'static>, Layout)> {
     let t = t.contiguous()?;
     let (storage, layout) = t.storage_and_layout();
     let candle::Storage::Cpu(cpu) = &*storage else {
@@ -71,8 +114,7 @@ fn upload_tensor<'d>(driver: &'d Driver, t: &Tensor) -> Result<(DeviceBuffer<'d>
     let elem = t.dtype().size_in_bytes();
     let all = bytes(cpu)?;
     let data = &all[layout.start_offset() * elem..][..t.elem_count() * elem];
-    let row_stride = if t.rank() > 1 { layout.stride()[0] } else { 0 };
-    Ok((upload(driver, data)?, row_stride))
+    Ok((upload(driver, data)?, Layout::contiguous(t.shape())))
 }
 
 /// The offloaded forward pass: what `cpu::forward` returns, computed on the GPU.
@@ -83,56 +125,20 @@ pub(crate) fn forward(
     (k, k_l): (&CpuStorage, &Layout),
     (v, v_l): (&CpuStorage, &Layout),
 ) -> Result<(CpuStorage, Vec<f32>, AttnCall)> {
-    let call = AttnCall::on_device(req, [q.dtype(), k.dtype(), v.dtype()], q_l, k_l, v_l)?;
-    take_faults(driver)?;
-    let plan = plan(driver, &call)?;
+    let device = Offload { driver, ordinal: driver.current_device()? };
     let (q_d, k_d, v_d) = (upload(driver, bytes(q)?)?, upload(driver, bytes(k)?)?, upload(driver, bytes(v)?)?);
-    let out_len = call.total_q * call.num_heads * call.head_dim;
-    // Rows the kernel does not write (past the last sequence) stay 0 and -inf, as on the CPU.
-    let out_d = upload(driver, &vec![0u8; out_len * 2])?;
-    let lse_len: usize = call.lse_dims().iter().product();
-    let lse_init: Vec<f32> = vec![f32::NEG_INFINITY; lse_len];
-    let lse_d = upload(driver, bytes(&CpuStorage::F32(lse_init))?)?;
-    let (l_len, o_len) = plan.scratch_lens(&call);
-    let (l_acc, o_acc) = (upload(driver, &vec![0xff; l_len * 4])?, upload(driver, &vec![0xff; o_len * 4])?);
-    let mut buffers = DeviceBuffers {
-        q: q_d.addr(),
-        k: k_d.addr(),
-        v: v_d.addr(),
-        out: out_d.addr(),
-        lse: lse_d.addr(),
-        lse_acc: l_acc.addr(),
-        o_acc: o_acc.addr(),
-        ..DeviceBuffers::default()
+    let inputs = Inputs {
+        dtypes: [q.dtype(), k.dtype(), v.dtype()],
+        q: (q_d.addr(), q_l),
+        k: (k_d.addr(), k_l),
+        v: (v_d.addr(), v_l),
     };
-    let mut side = Vec::new();
-    let mut put = |t: &Tensor| -> Result<(usize, usize)> {
-        let (buffer, stride) = upload_tensor(driver, t)?;
-        let addr = buffer.addr();
-        side.push(buffer);
-        Ok((addr, stride))
-    };
-    if let Some(alibi) = &call.alibi {
-        buffers.alibi_slopes = put(&alibi.slopes)?.0;
-    }
-    if let Some(varlen) = &req.varlen {
-        buffers.seqstart_q = put(varlen.seqlens_q)?.0;
-        buffers.seqstart_k = put(varlen.seqlens_k)?.0;
-        if let Some(table) = varlen.block_table {
-            (buffers.block_table, buffers.block_table_row_stride) = put(table)?;
-        }
-    }
-    if let Some(mm) = &call.mm_prefix {
-        (buffers.mm_prefix, buffers.mm_prefix_row_stride) = put(&mm.ranges)?;
-    }
-    // SAFETY: every address is a live allocation of this device sized for `call` (inputs are
-    // whole storages, the element offsets are in `call`), outputs are fresh, stream 0 is the
-    // null stream, and the synchronize below keeps the buffers alive until the kernels ran.
-    unsafe { launch(driver, &call, &plan, &buffers) }?;
+    let (out_d, lse_d, call) = crate::glue::forward(&device, req, &inputs, true)?;
+    let lse_d = lse_d.expect("requested");
     driver.synchronize()?;
-    let mut out_bytes = vec![0u8; out_len * 2];
+    let mut out_bytes = vec![0u8; out_d.len()];
     driver.copy_to_host(&mut out_bytes, &out_d)?;
-    let mut lse_bytes = vec![0u8; lse_len * 4];
+    let mut lse_bytes = vec![0u8; lse_d.len()];
     driver.copy_to_host(&mut lse_bytes, &lse_d)?;
     let halves: Vec<u16> = out_bytes.chunks_exact(2).map(|b| u16::from_ne_bytes([b[0], b[1]])).collect();
     let out = match call.dtype {

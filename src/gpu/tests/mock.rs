@@ -186,6 +186,14 @@ impl Backend for MockBackend {
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
         Ok(())
     }
+    unsafe fn fill_u32_async(&self, addr: usize, value: u32, count: usize, _stream: usize) -> GpuResult<()> {
+        // SAFETY: the caller guarantees that addr..addr+4*count lies in a live allocation; the
+        // mock's allocations are byte vectors, so the words are written unaligned.
+        for i in 0..count {
+            unsafe { std::ptr::write_unaligned((addr as *mut u32).add(i), value) };
+        }
+        Ok(())
+    }
     unsafe fn copy_to_host(&self, dst: &mut [u8], src: usize) -> GpuResult<()> {
         self.state.copies_to_host.fetch_add(1, Ordering::SeqCst);
         // SAFETY: the caller guarantees that src..src+len lies in a live allocation.

@@ -1,0 +1,265 @@
+//! The one GPU forward path of every device: a call's validation by shape, the choice of kernel
+//! family, the output and log-sum-exp buffers, the rows no kernel writes, the side tensors and
+//! the launch on the device's stream, written once over [`GpuDevice`].
+//!
+//! A device adapter only says how its memory is allocated and addressed, which driver and
+//! stream it uses: candle PR #3801's ROCm device (`candle-rocm`), Candle's CUDA device
+//! (`candle-cuda`), CPU tensors offloaded to a GPU for verification
+//! ([`crate::triton::offload`]), and any other device (a Candle fork's, rocm-rs buffers) through
+//! an implementation of [`GpuDevice`] and a call of [`forward`]; see the trait's example.
+
+#[cfg(feature = "candle-cuda")]
+pub(crate) mod candle_cuda;
+#[cfg(feature = "candle-rocm")]
+pub(crate) mod candle_rocm;
+mod scratch;
+
+use crate::gpu::{with_device, Driver};
+use crate::params::{AttnCall, Request};
+use crate::rocm::dispatch::{choose, KernelChoice, KernelFamily};
+use crate::rocm::{lse_buffer_required, DeviceBuffers};
+use candle::{DType, Layout, Result, Tensor};
+use scratch::Scratch;
+
+/// A GPU device as the forward path needs it. Everything it queues goes on [`GpuDevice::stream`],
+/// and the allocator must order the reuse of a freed buffer after the work queued on that
+/// stream (Candle's devices do: one stream per device, or stream-ordered frees), because the
+/// path drops its scratch buffers as soon as the kernels are queued, without synchronizing.
+///
+/// # Example: a fork's device
+///
+/// A fork of Candle with its own ROCm storage calls the path from its op like this (here with
+/// plain HIP allocations standing in for the fork's allocator; the fork would return its own
+/// buffer type and wrap the output into its storage):
+///
+/// ```no_run
+/// use candle::{DType, Layout, Result, Tensor};
+/// use flash_attn_rocm::glue::{forward, GpuDevice, Inputs};
+/// use flash_attn_rocm::gpu::{DeviceBuffer, Driver};
+/// use flash_attn_rocm::params::Request;
+///
+/// struct ForkDevice {
+///     ordinal: i32,
+///     stream: usize, // the fork's hipStream_t
+/// }
+///
+/// impl GpuDevice for ForkDevice {
+///     type Buffer = DeviceBuffer<'static>;
+///     fn driver(&self) -> Result<&'static Driver> {
+///         Ok(Driver::hip()?)
+///     }
+///     fn ordinal(&self) -> i32 {
+///         self.ordinal
+///     }
+///     fn stream(&self) -> usize {
+///         self.stream
+///     }
+///     fn alloc(&self, dtype: DType, len: usize, zeroed: bool) -> Result<Self::Buffer> {
+///         let driver = self.driver()?;
+///         let buffer = driver.malloc(len * dtype.size_in_bytes())?;
+///         if zeroed {
+///             // SAFETY: the buffer was just allocated with `len` elements of at least 2 bytes;
+///             // the fill is queued on this device's stream before any kernel that reads it.
+///             unsafe { driver.fill_u32_async(buffer.addr(), 0, buffer.len() / 4, self.stream) }?;
+///         }
+///         Ok(buffer)
+///     }
+///     fn with_addresses<R>(
+///         &self,
+///         tensors: &[&Tensor],
+///         buffers: &mut [&mut Self::Buffer],
+///         queue: impl FnOnce(&[(usize, Layout)], &[usize]) -> Result<R>,
+///     ) -> Result<R> {
+///         // The fork resolves its side tensors (seqlens, block table) to device addresses.
+///         let side = tensors.iter().map(|t| fork_address(t)).collect::<Result<Vec<_>>>()?;
+///         let addrs: Vec<usize> = buffers.iter().map(|b| b.addr()).collect();
+///         queue(&side, &addrs)
+///     }
+/// }
+/// # fn fork_address(t: &Tensor) -> Result<(usize, Layout)> { unimplemented!() }
+///
+/// fn fork_rocm_fwd(dev: &ForkDevice, req: &Request, q: (usize, &Layout), k: (usize, &Layout), v: (usize, &Layout)) -> Result<()> {
+///     let inputs = Inputs { dtypes: [DType::F16; 3], q, k, v };
+///     let (out, _lse, call) = forward(dev, req, &inputs, false)?;
+///     // `out` holds `call.total_q * call.num_heads * call.head_dim` f16 values, queued on the
+///     // fork's stream.
+///     # let _ = (out, call);
+///     Ok(())
+/// }
+/// ```
+pub trait GpuDevice {
+    /// A device allocation; dropping it after the work is queued must be safe (see above).
+    type Buffer;
+    /// The driver of the device's API: [`Driver::hip`] or [`Driver::cuda`].
+    fn driver(&self) -> Result<&'static Driver>;
+    /// The device's ordinal in that driver; made current on the calling thread for the call.
+    fn ordinal(&self) -> i32;
+    /// The raw stream (`hipStream_t` / `CUstream`) every kernel of the call is queued on.
+    fn stream(&self) -> usize;
+    /// A fresh buffer of `len` elements of `dtype` (f16, bf16, f32 or u32), all zero bits when
+    /// `zeroed`, else of any content.
+    fn alloc(&self, dtype: DType, len: usize, zeroed: bool) -> Result<Self::Buffer>;
+    /// Runs `queue` with the device addresses of `tensors` (the request's side tensors: seqlens,
+    /// block table, ALiBi slopes, prefix ranges; each the address of its first element, with its
+    /// layout as the kernels will read it) and of `buffers` (read and written by the kernels),
+    /// keeping whatever orders their use on the stream (e.g. cudarc's access events) alive until
+    /// `queue` returns. A tensor that is not on this device is an `Err`.
+    fn with_addresses<R>(
+        &self,
+        tensors: &[&Tensor],
+        buffers: &mut [&mut Self::Buffer],
+        queue: impl FnOnce(&[(usize, Layout)], &[usize]) -> Result<R>,
+    ) -> Result<R>;
+}
+
+/// q, k and v of a call: the base address of each storage on the device (the layouts' start
+/// offsets are added by the path) with its layout, and their dtypes (which must agree).
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    pub dtypes: [DType; 3],
+    pub q: (usize, &'a Layout),
+    pub k: (usize, &'a Layout),
+    pub v: (usize, &'a Layout),
+}
+
+/// The forward pass of `req` on `device`: the output (q's dtype, `(b, s_q, h, d)` or
+/// `(total_q, h, d)`, contiguous), the f32 log-sum-exp laid out as [`AttnCall::lse_dims`] when
+/// `want_lse`, and the validated call. Everything is queued on the device's stream; nothing
+/// waits for the GPU. Side tensors are checked by shape here and by the kernels for their
+/// values; out-of-range values found by an earlier call fail this one.
+pub fn forward<D: GpuDevice>(
+    device: &D,
+    req: &Request<'_>,
+    inputs: &Inputs<'_>,
+    want_lse: bool,
+) -> Result<(D::Buffer, Option<D::Buffer>, AttnCall)> {
+    let call = AttnCall::on_device(req, inputs.dtypes, inputs.q.1, inputs.k.1, inputs.v.1)?;
+    let driver = device.driver()?;
+    // The device's API keeps a current device per thread: make this one current for the
+    // queries and launches, and give the caller's thread its own back afterwards.
+    let (out, lse) = with_device(driver, device.ordinal(), || queue(device, driver, req, &call, inputs, want_lse))?;
+    Ok((out, lse, call))
+}
+
+/// The build's kernels as [`choose`] weighs them: CK where this build has it, and the
+/// embedded Triton images.
+fn built() -> crate::rocm::dispatch::Built<'static> {
+    #[cfg(feature = "rocm")]
+    let (ck_archs, ck_hdims, ck_splitkv_hdims) = (crate::rocm::CK_ARCHS, crate::rocm::CK_HDIMS, crate::rocm::CK_SPLITKV_HDIMS);
+    #[cfg(not(feature = "rocm"))]
+    let (ck_archs, ck_hdims, ck_splitkv_hdims) = ("", "", "");
+    crate::rocm::dispatch::Built { ck_archs, ck_hdims, ck_splitkv_hdims, triton: crate::triton::KERNELS }
+}
+
+/// Allocates the outputs of `call` and queues its kernels on `device`, which is current.
+fn queue<D: GpuDevice>(
+    device: &D,
+    driver: &'static Driver,
+    req: &Request<'_>,
+    call: &AttnCall,
+    inputs: &Inputs<'_>,
+    want_lse: bool,
+) -> Result<(D::Buffer, Option<D::Buffer>)> {
+    let (_, info) = crate::triton::current_device(driver)?;
+    let family = choose(call, &info.arch, KernelChoice::from_env()?, &built())?;
+    // Both families read the seqlens and block table where they lie and check them there (CK:
+    // the guard kernel; Triton: the kernels themselves). Out-of-range values found by an
+    // earlier call of either family fail this one, without synchronizing.
+    crate::rocm::take_side_tensor_errors()?;
+    crate::triton::take_faults(driver)?;
+    // Rows of sequences are written by the kernels; rows past the last sequence get what the
+    // CPU backend returns (output 0, LSE -inf). CK is not launched for a call without keys
+    // (flash-attention's CK backend skips seqlen_k == 0), so its rows are prefilled too. With
+    // the seqlens left on the device, every row is prefilled (the kernels may empty sequences).
+    let (rows_written, any_keys) = match call.seqs.unread() {
+        None => (call.seqs.iter().map(|s| s.q_len).sum(), call.seqs.iter().any(|s| s.q_len > 0 && s.k_len > 0)),
+        Some(_) => (0, call.max_seqlen_q > 0 && call.max_seqlen_k > 0),
+    };
+    let launched = match family {
+        KernelFamily::Ck => any_keys,
+        KernelFamily::Triton(_) => true,
+    };
+    let prefill = !launched || rows_written < call.total_q;
+    let mut out = device.alloc(call.dtype, call.total_q * call.num_heads * call.head_dim, prefill)?;
+    let lse_len: usize = call.lse_dims().iter().product();
+    // An LSE buffer when the kernels need one the caller does not want (CK's LSE-writing build,
+    // and the Triton kernels always); dropped after the call.
+    let lse_buffer = want_lse || matches!(family, KernelFamily::Triton(_)) || lse_buffer_required(call);
+    let mut lse = lse_buffer.then(|| device.alloc(DType::F32, lse_len, false)).transpose()?;
+    let mut scratch = if launched { Scratch::plan(device, call, family, info.units)? } else { Scratch::none() };
+    let side = side_tensors(req, call);
+    let mut buffers: Vec<&mut D::Buffer> = std::iter::once(&mut out).chain(lse.as_mut()).chain(scratch.buffers.iter_mut()).collect();
+    let stream = device.stream();
+    device.with_addresses(&side, &mut buffers, |side_addrs, addrs| {
+        let lse_addr = if lse_buffer { addrs[1] } else { 0 };
+        if prefill && lse_addr != 0 {
+            // SAFETY: the LSE buffer was just allocated with `lse_len` f32 values on this
+            // device, and the fill is queued on its stream before any kernel that writes it.
+            unsafe { driver.fill_u32_async(lse_addr, f32::NEG_INFINITY.to_bits(), lse_len, stream) }?;
+        }
+        if !launched {
+            return Ok(());
+        }
+        let mut buffers = DeviceBuffers {
+            q: inputs.q.0,
+            k: inputs.k.0,
+            v: inputs.v.0,
+            out: addrs[0],
+            lse: lse_addr,
+            stream,
+            ..DeviceBuffers::default()
+        };
+        attach_side_tensors(req, call, side_addrs, &mut buffers)?;
+        let scratch_addrs = &addrs[1 + usize::from(lse_buffer)..];
+        scratch.work.launch(driver, call, family, buffers, scratch_addrs)
+    })?;
+    drop(scratch);
+    Ok((out, lse.filter(|_| want_lse)))
+}
+
+/// The request's side tensors the kernels read in place, in the order
+/// [`attach_side_tensors`] takes their addresses.
+fn side_tensors<'a>(req: &Request<'a>, call: &'a AttnCall) -> Vec<&'a Tensor> {
+    let mut side = Vec::new();
+    side.extend(call.alibi.as_ref().map(|a| &a.slopes));
+    side.extend(call.mm_prefix.as_ref().map(|m| &m.ranges));
+    if let Some(varlen) = req.varlen {
+        side.extend([varlen.seqlens_q, varlen.seqlens_k]);
+        side.extend(varlen.block_table);
+    }
+    side
+}
+
+/// Points `buffers` at the side tensors (addresses of [`side_tensors`]' list): the ALiBi slopes
+/// (f32), the `mm_prefix_ranges` (i32, Triton only) with their row stride, the cumulative
+/// seqlens (u32, read as i32: they index q/k rows, so they fit) and the block table (u32 or i32,
+/// read as i32) with its row stride.
+fn attach_side_tensors(
+    req: &Request<'_>,
+    call: &AttnCall,
+    side: &[(usize, Layout)],
+    buffers: &mut DeviceBuffers,
+) -> Result<()> {
+    let mut side = side.iter();
+    let mut next = || side.next().expect("one address per side tensor");
+    if call.alibi.is_some() {
+        buffers.alibi_slopes = next().0;
+    }
+    if call.mm_prefix.is_some() {
+        let (addr, layout) = next();
+        (buffers.mm_prefix, buffers.mm_prefix_row_stride) = (*addr, layout.stride()[0]);
+    }
+    let Some(varlen) = req.varlen else {
+        return Ok(());
+    };
+    buffers.seqstart_q = next().0;
+    buffers.seqstart_k = next().0;
+    if varlen.block_table.is_some() {
+        let (addr, layout) = next();
+        if layout.stride()[1] != 1 {
+            candle::bail!("flash-attn-rocm: block_table's last dim must be contiguous")
+        }
+        (buffers.block_table, buffers.block_table_row_stride) = (*addr, layout.stride()[0]);
+    }
+    Ok(())
+}

@@ -5,12 +5,15 @@
 //!
 //! Its own test binary, and one test function: the fault word is process-wide, so the bad calls
 //! here must not run beside the other GPU suites' calls (which would be refused for them).
-#![cfg(feature = "triton")]
+//! Without a GPU the test is reported ignored, with the reason (gpu_triton/runner.rs:
+//! `harness = false`, built with the `triton` feature only).
 
 #[allow(dead_code, unused_imports)] // the offload checks of the main GPU suite are not used here
 #[path = "gpu_triton/check.rs"]
 mod check;
 mod common;
+#[path = "gpu_triton/runner.rs"]
+mod runner;
 
 use candle::{DType, Device, Layout, Shape, Tensor};
 use flash_attn_rocm as fa;
@@ -26,7 +29,10 @@ use common::{randn, values};
 
 const SCALE: f32 = 0.088;
 
-#[test]
+fn main() {
+    runner::run(&[("side_tensors_on_the_gpu", side_tensors_on_the_gpu)])
+}
+
 fn side_tensors_on_the_gpu() {
     let Some((_, mut rng)) = check::gpu_and_rng("side_tensors_on_the_gpu") else {
         return;

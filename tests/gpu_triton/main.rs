@@ -5,9 +5,9 @@
 //! must pass the parity rule against the f64 reference and the GPU LSE must match the CPU's.
 //!
 //! The GPU: with `cuda-verify`, device 0 of the CUDA driver (the NVIDIA check of the same kernel
-//! sources, compiled to sm_90); with `rocm` alone, device 0 of HIP. Without a GPU every test
-//! prints why it skips, and passes.
-#![cfg(feature = "triton")]
+//! sources, compiled to sm_90); with `rocm` alone, device 0 of HIP. Without a GPU every test is
+//! reported ignored, with the reason (runner.rs: `harness = false`, built with the `triton`
+//! feature only).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -16,6 +16,22 @@ mod common;
 #[path = "../rocm_candle/batch.rs"]
 mod batch;
 mod check;
+mod runner;
 mod triton_cases;
 #[path = "../rocm_candle/varlen.rs"]
 mod varlen;
+
+/// Each test under the name libtest gave it before this runner.
+const TESTS: &[runner::GpuTest] = &[
+    ("batch::batch_functions_match_cpu", batch::check_batch_functions),
+    ("triton_cases::odd_head_dims_and_softcap_with_alibi_match_cpu", triton_cases::odd_head_dims_and_softcap_with_alibi_match_cpu),
+    ("triton_cases::any_page_size_with_prefix_ranges_matches_cpu", triton_cases::any_page_size_with_prefix_ranges_matches_cpu),
+    ("triton_cases::split_decode_matches_cpu", triton_cases::split_decode_matches_cpu),
+    ("triton_cases::calls_the_triton_path_cannot_serve_are_errors", triton_cases::calls_the_triton_path_cannot_serve_are_errors),
+    ("varlen::paged_functions_match_cpu", varlen::check_paged_functions),
+    ("varlen::varlen_functions_match_cpu", varlen::check_varlen_functions),
+];
+
+fn main() {
+    runner::run(TESTS)
+}

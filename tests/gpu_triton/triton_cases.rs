@@ -14,8 +14,7 @@ use crate::common::ragged::{paginate, ragged};
 use crate::common::{randn, RefOpts};
 use crate::varlen::paged_args;
 
-#[test]
-fn odd_head_dims_and_softcap_with_alibi_match_cpu() {
+pub fn odd_head_dims_and_softcap_with_alibi_match_cpu() {
     let Some((cpu, mut rng)) = gpu_and_rng("odd_head_dims_and_softcap_with_alibi_match_cpu") else {
         return;
     };
@@ -44,8 +43,7 @@ fn odd_head_dims_and_softcap_with_alibi_match_cpu() {
     }
 }
 
-#[test]
-fn any_page_size_with_prefix_ranges_matches_cpu() {
+pub fn any_page_size_with_prefix_ranges_matches_cpu() {
     let Some((cpu, mut rng)) = gpu_and_rng("any_page_size_with_prefix_ranges_matches_cpu") else {
         return;
     };
@@ -90,8 +88,7 @@ fn any_page_size_with_prefix_ranges_matches_cpu() {
     }
 }
 
-#[test]
-fn split_decode_matches_cpu() {
+pub fn split_decode_matches_cpu() {
     let Some((cpu, mut rng)) = gpu_and_rng("split_decode_matches_cpu") else {
         return;
     };
@@ -119,8 +116,7 @@ fn split_decode_matches_cpu() {
     }
 }
 
-#[test]
-fn calls_the_triton_path_cannot_serve_are_errors() {
+pub fn calls_the_triton_path_cannot_serve_are_errors() {
     let Some((_, mut rng)) = gpu_and_rng("calls_the_triton_path_cannot_serve_are_errors") else {
         return;
     };

@@ -32,6 +32,12 @@ fn batch_cases(dtype: DType, d_a: usize, d_b: usize) -> [BatchCase; 10] {
 
 #[test]
 fn batch_functions_match_cpu() {
+    check_batch_functions()
+}
+
+/// The body of `batch_functions_match_cpu`, public for tests/gpu_triton: its runner
+/// (`harness = false`) does not compile `#[test]` functions.
+pub fn check_batch_functions() {
     let Some((dev, mut rng)) = gpu_and_rng("batch_functions_match_cpu") else {
         return;
     };

@@ -42,6 +42,12 @@ fn seqlens(a: &[Tensor], (max_q, max_k): (usize, usize)) -> Seqlens<'_> {
 
 #[test]
 fn varlen_functions_match_cpu() {
+    check_varlen_functions()
+}
+
+/// The body of `varlen_functions_match_cpu`, public for tests/gpu_triton: its runner
+/// (`harness = false`) does not compile `#[test]` functions.
+pub fn check_varlen_functions() {
     let Some((dev, mut rng)) = gpu_and_rng("varlen_functions_match_cpu") else {
         return;
     };
@@ -85,6 +91,12 @@ struct PagedCase {
 
 #[test]
 fn paged_functions_match_cpu() {
+    check_paged_functions()
+}
+
+/// The body of `paged_functions_match_cpu`, public for tests/gpu_triton: its runner
+/// (`harness = false`) does not compile `#[test]` functions.
+pub fn check_paged_functions() {
     let Some((dev, mut rng)) = gpu_and_rng("paged_functions_match_cpu") else {
         return;
     };

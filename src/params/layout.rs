@@ -10,9 +10,13 @@ use candle::{Layout, Result};
 /// is 0; for paged k/v, `b` is the physical block and `row` the slot inside it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TensorView {
+    /// Element offset of the first element in the storage (the layout's start offset).
     pub offset: usize,
+    /// Elements between sequences (batch mode) or K/V blocks (paged); 0 in varlen mode.
     pub batch_stride: usize,
+    /// Elements between consecutive rows (tokens, or slots of a block).
     pub row_stride: usize,
+    /// Elements between consecutive heads of one row.
     pub head_stride: usize,
 }
 

@@ -25,13 +25,22 @@ pub use window::Window;
 /// Largest head dimension accepted, as candle-flash-attn.
 pub const MAX_HEAD_DIM: usize = 512;
 
-/// What the caller asked for, before looking at q/k/v.
+/// What the caller asked for, before looking at q/k/v: the public functions' arguments other
+/// than the three tensors, unchecked. [`AttnCall::new`] validates it.
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
+    /// Multiplies the logits `q · k` (usually `1 / sqrt(head_dim)`); must be finite.
     pub softmax_scale: f32,
+    /// f32 ALiBi slopes of shape `(num_heads,)`, one per query head (checked into an
+    /// [`AlibiSpec`]).
     pub alibi_slopes: Option<&'a Tensor>,
+    /// Keys visible to the left of a query's position; `None` is unbounded (see [`Window`]).
     pub window_size_left: Option<usize>,
+    /// Keys visible to the right of a query's position; `None` is unbounded, `Some(0)` with an
+    /// unbounded left side is causal (see [`Window`]).
     pub window_size_right: Option<usize>,
+    /// Logit softcap `c`: a scaled logit `x` becomes `c * tanh(x / c)`; must be finite and
+    /// `> 0`.
     pub softcap: Option<f32>,
     /// `None` for the batch layout `(b, s, h, d)`.
     pub varlen: Option<VarLenRequest<'a>>,
@@ -40,12 +49,24 @@ pub struct Request<'a> {
 /// The variable-length (and optionally paged) part of a request.
 #[derive(Debug, Clone, Copy)]
 pub struct VarLenRequest<'a> {
+    /// Cumulative query lengths: u32 `(b + 1,)`, contiguous, non-decreasing from 0; sequence
+    /// `i` owns rows `seqlens_q[i]..seqlens_q[i + 1]` of q.
     pub seqlens_q: &'a Tensor,
+    /// Cumulative key lengths, as `seqlens_q` for the rows of k/v. When paged, the values
+    /// only count each sequence's keys (the rows come from `block_table`).
     pub seqlens_k: &'a Tensor,
+    /// At least the longest query sequence (an `Err` otherwise, when the seqlens are read).
     pub max_seqlen_q: usize,
+    /// At least the longest key sequence; also the bound past which a window size counts as
+    /// unbounded.
     pub max_seqlen_k: usize,
+    /// `Some` for paged K/V: u32 or i32 `(b, max_blocks)`; logical block `n` of sequence `b`
+    /// is physical block `block_table[b, n]` of k/v.
     pub block_table: Option<&'a Tensor>,
+    /// Rows per K/V block; required with `block_table` and equal to k's dim 1.
     pub page_block_size: Option<usize>,
+    /// i32 `(b, max_ranges, 2)` `[start, end)` key ranges inside which queries see every key
+    /// of the range, whatever the window says (checked into an [`MmPrefixSpec`]).
     pub mm_prefix_ranges: Option<&'a Tensor>,
 }
 
@@ -61,25 +82,50 @@ pub enum Mode {
 }
 
 /// A validated, normalized attention call.
+///
+/// Built only by [`AttnCall::new`] or [`AttnCall::on_device`], which guarantee: q, k and v
+/// share one dtype (f32, f16 or bf16); `head_dim` is a multiple of 8 in `8..=`[`MAX_HEAD_DIM`];
+/// `num_heads_k` divides `num_heads` (both > 0); every last dim is contiguous; the scale is
+/// finite and a softcap finite and > 0; and, unless the seqlens were left unread, every
+/// sequence's rows (and pages) lie inside q and k/v.
 #[derive(Debug, Clone)]
 pub struct AttnCall {
+    /// How q/k/v are laid out: batch, varlen or paged.
     pub mode: Mode,
+    /// The element type of q, k, v and the output.
     pub dtype: DType,
+    /// Number of sequences `b` (batch mode: q's dim 0; varlen: `seqlens_q`'s length - 1).
     pub batch: usize,
+    /// Query heads `h`.
     pub num_heads: usize,
+    /// Key/value heads `h_k`; divides `num_heads` (each serves [`AttnCall::group_size`]
+    /// consecutive query heads).
     pub num_heads_k: usize,
+    /// Elements per head `d`, the same for q, k and v.
     pub head_dim: usize,
+    /// Multiplies the logits `q · k`.
     pub softmax_scale: f32,
+    /// Logit softcap `c` (`x` becomes `c * tanh(x / c)` before the bias and softmax).
     pub softcap: Option<f32>,
+    /// The resolved mask window (causal is a window with `right == 0`).
     pub window: Window,
+    /// Validated ALiBi slopes, one per query head.
     pub alibi: Option<AlibiSpec>,
+    /// Validated multimodal prefix ranges (varlen and paged calls only).
     pub mm_prefix: Option<MmPrefixSpec>,
+    /// Element offset and strides of q.
     pub q: TensorView,
+    /// Element offset and strides of k (paged: `batch_stride` is the block stride).
     pub k: TensorView,
+    /// Element offset and strides of v (paged: `batch_stride` is the block stride).
     pub v: TensorView,
+    /// Per-sequence rows and lengths, and the block table when paged.
     pub seqs: Sequences,
-    /// The flash-attn `seqlen_q`/`seqlen_k` (batch mode) or `max_seqlen_q/k` (varlen).
+    /// The flash-attn `seqlen_q` (batch mode) or `max_seqlen_q` (varlen): the longest query
+    /// sequence, or a bound on it.
     pub max_seqlen_q: usize,
+    /// The flash-attn `seqlen_k` (batch mode) or `max_seqlen_k` (varlen): the longest key
+    /// sequence, or a bound on it.
     pub max_seqlen_k: usize,
     /// Rows of q (`b * s_q` or `total_q`).
     pub total_q: usize,
@@ -88,6 +134,13 @@ pub struct AttnCall {
 impl AttnCall {
     /// Validates a request against the q/k/v dtypes and layouts and normalizes it, reading the
     /// varlen seqlens and block table (a device-to-host copy when they live on a GPU).
+    ///
+    /// # Errors
+    ///
+    /// A [`candle::Error`] naming the argument for anything the type's invariants exclude:
+    /// mixed or unsupported dtypes, wrong ranks, mismatched shapes or head dims, a non-contiguous
+    /// last dim, malformed seqlens or block table, a page size that is not k's dim 1, bad
+    /// ALiBi slopes or prefix ranges, a non-finite scale or a bad softcap.
     pub fn new(
         req: &Request<'_>,
         dtypes: [DType; 3],

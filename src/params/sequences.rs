@@ -10,9 +10,12 @@ use candle::{DType, Layout, Result, Tensor};
 pub struct Sequence {
     /// First row of this sequence in q (varlen: the global token index; batch: 0).
     pub q_start: usize,
+    /// Query rows of this sequence (`s_q` in batch mode).
     pub q_len: usize,
     /// First row in k/v (varlen: global token index; batch and paged: 0).
     pub k_start: usize,
+    /// Keys of this sequence (`s_k` in batch mode); paged: logical rows `0..k_len`, found
+    /// through [`Paging::locate`].
     pub k_len: usize,
     /// First row of this sequence in the contiguous `(rows, h, d)` view of the output.
     pub out_row: usize,
@@ -22,9 +25,15 @@ pub struct Sequence {
 /// `table[b * max_blocks + n]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Paging {
+    /// Key rows per physical block (k's dim 1), > 0.
     pub page_block_size: usize,
+    /// Physical blocks in k/v (k's dim 0); every table entry a sequence reads is below it.
     pub num_blocks: usize,
+    /// Columns of the block table: logical blocks per sequence at most.
     pub max_blocks: usize,
+    /// The table, row-major `(batch, max_blocks)`, read to the host. Entries a sequence reads
+    /// are checked in range; the others are kept as given (negative i32 ones clamped to 0).
+    /// Empty when the call was built by [`super::AttnCall::on_device`].
     pub table: Vec<u32>,
 }
 
@@ -37,9 +46,16 @@ impl Paging {
     }
 }
 
+/// The sequences of a call: one [`Sequence`] per batch entry, in order, and the block table
+/// of a paged call.
+///
+/// Batch mode: `b` sequences of `s_q` queries and `s_k` keys. Varlen and paged: read from the
+/// cumulative seqlens, unless the call was built by [`super::AttnCall::on_device`], in which
+/// case only the count is known ([`Sequences::unread`]) and [`Sequences::iter`] is empty.
 #[derive(Debug, Clone)]
 pub struct Sequences {
     list: Vec<Sequence>,
+    /// The block table, for paged K/V (`Mode::Paged`); `None` otherwise.
     pub paging: Option<Paging>,
     /// Set when the varlen values were left on the device ([`super::AttnCall::on_device`]):
     /// `list` and `paging.table` are then empty, and only the shapes were checked.
@@ -50,7 +66,9 @@ pub struct Sequences {
 /// the batch size and the rows of k (varlen) or k/v blocks (paged), from the shapes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UnreadSequences {
+    /// Number of sequences: the seqlens' length - 1.
     pub batch: usize,
+    /// Rows of k/v (varlen: `total_k`), or physical K/V blocks (paged: k's dim 0).
     pub rows_k: usize,
 }
 
@@ -133,10 +151,16 @@ impl Sequences {
         self.unread.map_or(self.list.len(), |u| u.batch)
     }
 
+    /// True for a batch of zero sequences.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// Sequence `b`.
+    ///
+    /// # Panics
+    ///
+    /// When `b` is out of range, or the sequences were left unread on the device.
     #[inline]
     pub fn get(&self, b: usize) -> Sequence {
         self.list[b]

@@ -7,6 +7,7 @@ use candle::{DType, Result, Tensor};
 /// `j` is `-slope[h] * |i + s_k - s_q - j|`.
 #[derive(Debug, Clone)]
 pub struct AlibiSpec {
+    /// The slopes: f32, shape `(num_heads,)`, contiguous, on the caller's device.
     pub slopes: Tensor,
 }
 
@@ -29,8 +30,13 @@ impl AlibiSpec {
 /// which queries see every key of the range, whatever the causal/window mask says.
 #[derive(Debug, Clone)]
 pub struct MmPrefixSpec {
+    /// The caller's tensor: i32 `(batch, max_ranges, 2)` with a contiguous last dim, on the
+    /// caller's device. Values are key positions within the sequence; an empty range
+    /// (`end <= start`) lifts nothing.
     pub ranges: Tensor,
+    /// Sequences (dim 0), equal to the call's batch size.
     pub batch: usize,
+    /// Ranges per sequence (dim 1).
     pub max_ranges: usize,
 }
 

@@ -7,7 +7,10 @@
 /// `j >= pos - left` (if `left >= 0`) and `j <= pos + right` (if `right >= 0`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
+    /// Keys visible before a query's position; `-1` is unbounded. At most `max_seqlen_k`.
     pub left: i32,
+    /// Keys visible after a query's position; `-1` is unbounded, `0` (with `left` bounded by
+    /// `max_seqlen_k`) is causal. At most `max_seqlen_k`.
     pub right: i32,
 }
 

@@ -8,25 +8,33 @@ use crate::params::{AttnCall, Mode};
 use crate::triton::{select, KernelImage, Kernels};
 use candle::Result;
 
+/// The environment variable that forces a kernel family: `auto` (or unset), `ck` or `triton`
+/// (see [`KernelChoice`]). Read once per process.
 pub const ENV_KERNELS: &str = "FLASH_ATTN_ROCM_KERNELS";
 
 /// The family that serves a call; the Triton one with the kernels it selected.
 #[derive(Debug, Clone, Copy)]
 pub enum KernelFamily {
+    /// Composable Kernel's fmha forward (split-KV for paged K/V), through the C++ shim.
     Ck,
+    /// Our Triton kernels: the forward image and the merge image that [`select()`] picked.
     Triton(Kernels),
 }
 
 /// The value of `FLASH_ATTN_ROCM_KERNELS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KernelChoice {
+    /// CK where a built instance serves the call on this arch, Triton otherwise (the default).
     Auto,
+    /// CK only: a call CK cannot serve is an `Err` naming why.
     Ck,
+    /// Triton only, even where CK would serve the call.
     Triton,
 }
 
 impl KernelChoice {
-    /// Parses the variable's value; unset or empty is `Auto`.
+    /// Parses the variable's value (surrounding whitespace ignored); unset or empty is `Auto`.
+    /// Any value other than `auto`, `ck` or `triton` is an `Err`.
     pub fn parse(value: Option<&str>) -> Result<Self> {
         match value.map(str::trim) {
             None | Some("") | Some("auto") => Ok(Self::Auto),
@@ -43,13 +51,19 @@ impl KernelChoice {
     }
 }
 
-/// What this build compiled: CK's archs and head-dim tiles, and the Triton images.
+/// What this build compiled: CK's archs and head-dim tiles, and the Triton images. In
+/// production the `rocm` build's `CK_ARCHS`, `CK_HDIMS`, `CK_SPLITKV_HDIMS` and
+/// [`crate::triton::KERNELS`]; tests pass their own.
 #[derive(Debug, Clone, Copy)]
 pub struct Built<'a> {
+    /// Comma-separated archs CK kernels were built for (`gfx942,gfx950`); empty without CK.
     pub ck_archs: &'a str,
+    /// Comma-separated head-dim tiles of CK's forward kernels (`64,128`); a head dim runs on the
+    /// smallest tile that holds it.
     pub ck_hdims: &'a str,
     /// The head-dim tiles of the split-KV kernels (paged K/V), a subset of `ck_hdims`.
     pub ck_splitkv_hdims: &'a str,
+    /// The Triton images to select from.
     pub triton: &'static [KernelImage],
 }
 

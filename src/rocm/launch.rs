@@ -6,11 +6,15 @@
 use super::ffi::bridge;
 use super::ffi::CkFwdParams;
 
-/// The archs and head-dim tiles of this build's CK kernels (empty without CK), for the dispatch.
+/// The archs of this build's CK kernels, comma-separated (`gfx942,gfx950`): those of
+/// `FLASH_ATTN_ROCM_ARCHS` that CK serves (gfx90a, gfx942, gfx950); empty without CK. For the
+/// dispatch ([`Built`](super::dispatch::Built)).
 pub const CK_ARCHS: &str = match option_env!("FLASH_ATTN_ROCM_CK_ARCHS") {
     Some(archs) => archs,
     None => "",
 };
+/// The head-dim tiles of this build's CK forward kernels, comma-separated (`64,128`): a call
+/// runs on the smallest tile that holds its head dim. Empty without CK.
 pub const CK_HDIMS: &str = match option_env!("FLASH_ATTN_ROCM_CK_HDIMS") {
     Some(hdims) => hdims,
     None => "",

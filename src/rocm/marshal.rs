@@ -19,8 +19,11 @@ pub const CK_PAGE_BLOCK_MULTIPLE: usize = 128;
 /// call's element offsets are added here); the others point at their first element already.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DeviceBuffers {
+    /// Base device address of q's storage (the call's element offset is added when marshalled).
     pub q: usize,
+    /// Base device address of k's storage (paged: the block pool).
     pub k: usize,
+    /// Base device address of v's storage (paged: the block pool).
     pub v: usize,
     /// Contiguous output: `(b, s_q, h, d)` in batch mode, `(total_q, h, d)` otherwise.
     pub out: usize,
@@ -29,19 +32,24 @@ pub struct DeviceBuffers {
     pub lse: usize,
     /// f32 ALiBi slopes `(h,)`, when the call has them.
     pub alibi_slopes: usize,
-    /// Cumulative seqlens (`b + 1` u32, read by CK as i32), varlen and paged modes.
+    /// Cumulative query seqlens (`b + 1` u32, read by CK as i32), varlen and paged modes.
     pub seqstart_q: usize,
+    /// Cumulative key seqlens (`b + 1` u32, read by CK as i32), varlen and paged modes.
     pub seqstart_k: usize,
-    /// `(b, max_blocks)` i32/u32 block table and its row stride in elements, paged mode.
+    /// `(b, max_blocks)` i32/u32 block table, paged mode.
     pub block_table: usize,
+    /// The block table's row stride in elements (at least `max_blocks`), paged mode.
     pub block_table_row_stride: usize,
-    /// Paged mode: f32 scratch of [`super::split_kv_scratch_lens`] elements each (the split-KV
-    /// accumulators); required there.
+    /// Paged mode: the split-KV LSE accumulator, f32 `(h, splits, total_q)` of
+    /// [`super::split_kv_scratch_lens`]`.0` elements; required there.
     pub lse_acc: usize,
+    /// Paged mode: the split-KV output accumulator, f32 `(h, splits, total_q, d)` of
+    /// [`super::split_kv_scratch_lens`]`.1` elements; required there.
     pub o_acc: usize,
-    /// `mm_prefix_ranges` `(b, max_ranges, 2)` i32 with its row stride in elements (Triton
-    /// kernels only; CK refuses the ranges).
+    /// `mm_prefix_ranges` `(b, max_ranges, 2)` i32 (Triton kernels only; CK refuses the
+    /// ranges).
     pub mm_prefix: usize,
+    /// The row stride of `mm_prefix`, in i32 elements, between sequences.
     pub mm_prefix_row_stride: usize,
     /// The stream to run on (`hipStream_t`; `CUstream` on the CUDA verification path).
     pub stream: usize,

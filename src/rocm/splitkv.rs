@@ -24,8 +24,11 @@ const EFFICIENCY_SHARE: f64 = 0.85;
 /// in CK's `codegen/ops/fmha_fwd_splitkv.py`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SplitKvTile {
+    /// The padded head dim the tile holds (32, 64, 128 or 256).
     pub hdim: usize,
+    /// Query rows per thread block (`kM0`).
     pub block_m: usize,
+    /// Key rows per loop step (`kN0`); also the unit the splits divide the keys in.
     pub block_n: usize,
 }
 
@@ -41,7 +44,10 @@ pub const CK_SPLITKV_TILES: [SplitKvTile; 4] = [
 /// How a split-KV call runs: its tile and number of key splits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SplitKv {
+    /// The tile that serves the head dim ([`splitkv_tile`]).
     pub tile: SplitKvTile,
+    /// Key splits, `1..=`[`CK_MAX_SPLITS`] ([`num_splits`]); sizes the accumulators
+    /// ([`split_kv_scratch_lens`]).
     pub num_splits: usize,
 }
 
@@ -121,14 +127,20 @@ pub fn plan_split_kv(call: &AttnCall, built: &str, units: usize) -> Result<Split
 /// `(h, splits, total_q, d)` (group mode: no batch stride).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AccumulatorStrides {
+    /// Between heads of the LSE accumulator: `splits * total_q`.
     pub nhead_lse: usize,
+    /// Between splits of the LSE accumulator: `total_q`.
     pub split_lse: usize,
+    /// Between query rows of the output accumulator: `d`.
     pub row_o: usize,
+    /// Between splits of the output accumulator: `total_q * d`.
     pub split_o: usize,
+    /// Between heads of the output accumulator: `splits * total_q * d`.
     pub nhead_o: usize,
 }
 
 impl AccumulatorStrides {
+    /// The strides for `call` (its `total_q` rows and head dim) split as `split`.
     pub fn of(call: &AttnCall, split: &SplitKv) -> Self {
         let (rows, d) = (call.total_q, call.head_dim);
         AccumulatorStrides {

@@ -24,7 +24,9 @@ pub enum Tile {
 /// Element type of q/k/v and the output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KernelDtype {
+    /// IEEE half precision (`f16`).
     F16,
+    /// bfloat16 (`bf16`).
     Bf16,
 }
 
@@ -37,17 +39,25 @@ pub struct KernelImage {
     pub variant: &'static str,
     /// The kernel's symbol in the code object.
     pub kernel: &'static str,
+    /// Which kernel: the attention (`attn_fwd`) or the split merge (`attn_merge`).
     pub family: Family,
+    /// The launch tile it was compiled with ([`Tile::Merge`] for merge images).
     pub tile: Tile,
+    /// Element type of q/k/v and the output it was compiled for.
     pub dtype: KernelDtype,
-    /// Head-dim tile (a power of two); `even_d` when compiled for head_dim == block_d only.
+    /// Head-dim tile (a power of two): serves head dims up to `block_d` (padded, masked).
     pub block_d: u32,
+    /// Compiled for head dims equal to `block_d` only (no head-dim masking); the other
+    /// variant serves head dims below `block_d`.
     pub even_d: bool,
+    /// Reads K/V through a block table (paged K/V).
     pub paged: bool,
     /// Compiled with ALiBi, softcap and mm_prefix_ranges support.
     pub extras: bool,
-    /// Query rows (merge: (row, head) pairs) and keys per program.
+    /// Query rows per program (merge: (row, head) pairs).
     pub block_m: u32,
+    /// Keys per step of a program's key loop; a key split is a multiple of it (merge: not
+    /// used).
     pub block_n: u32,
     /// Threads per block (warps x wave size).
     pub threads: u32,
@@ -55,7 +65,21 @@ pub struct KernelImage {
     pub shared: u32,
     /// Trailing pointer arguments Triton appends (global and profile scratch; passed as null).
     pub scratch_args: u32,
+    /// The code object as loaded by the driver: an AMD HSA code object (ELF) for `gfx*`
+    /// targets, a cubin for `sm_90`.
     pub image: &'static [u8],
 }
 
-include!(concat!(env!("OUT_DIR"), "/triton_kernels.rs"));
+/// The table the build script writes (`$OUT_DIR/triton_kernels.rs`), kept private so that the
+/// public [`KERNELS`] carries documentation.
+mod generated {
+    // An empty table (builds without the `triton` feature) names only `KernelImage`.
+    #[allow(unused_imports)]
+    use super::{Family, KernelDtype, KernelImage, Tile};
+    include!(concat!(env!("OUT_DIR"), "/triton_kernels.rs"));
+}
+
+/// Every code object embedded in this build, in the build script's order (per target, then
+/// the manifest of `kernels/aot.py`): the images [`crate::triton::select()`] chooses from.
+/// Empty in builds without the `triton` feature, and in docs.rs builds.
+pub static KERNELS: &[KernelImage] = generated::KERNELS;

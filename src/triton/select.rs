@@ -9,7 +9,11 @@ pub const DECODE_ROWS: usize = 16;
 /// The attention kernel and, for split calls, the merge kernel of one call.
 #[derive(Debug, Clone, Copy)]
 pub struct Kernels {
+    /// The `attn_fwd` image: same target and dtype as the call, the smallest head-dim tile
+    /// that holds its head dim, paged and extras as the call needs.
     pub fwd: &'static KernelImage,
+    /// The `attn_merge` image that combines the key splits (launched only when the call is
+    /// split).
     pub merge: &'static KernelImage,
 }
 

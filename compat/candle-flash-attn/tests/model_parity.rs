@@ -41,7 +41,7 @@ struct Trio {
 impl Trio {
     fn new(rng: &mut StdRng, dtype: DType) -> candle::Result<Self> {
         let weights = model::random_weights(&CONFIG, rng.gen())?;
-        let build = |dtype, attention| Llama::from_weights(&CONFIG, &weights, dtype, attention);
+        let build = |dtype, attention| Llama::from_weights(&CONFIG, &weights, dtype, &Device::Cpu, attention);
         Ok(Trio {
             models: [
                 build(dtype, AttentionImpl::Flash)?,

@@ -1,10 +1,15 @@
-//! A small llama-style decoder run twice on the CPU from the same seeded random weights: once
-//! with attention through `candle_flash_attn::flash_attn` (this compat crate, i.e. what an
-//! unchanged candle-transformers model calls once `[patch.crates-io]` points here), once with
-//! plain matmul-softmax attention. Prints the largest logit difference and tokens/s for the
-//! prefill and for a greedy decode loop with a KV cache.
+//! A llama-style decoder run twice from the same seeded random weights: once with attention
+//! through `candle_flash_attn::flash_attn` (this compat crate, i.e. what an unchanged
+//! candle-transformers model calls once `[patch.crates-io]` points here), once with Candle's own
+//! matmul-softmax attention. Prints the largest logit difference, whether the greedy picks
+//! agree, and tokens/s for the prefill and for a greedy decode loop with a KV cache.
 //!
-//!   cargo run --release -p candle-flash-attn --example llama -- [--prompt N] [--decode N] [--dtype f32|f16|bf16] [--seed N]
+//! On the CPU by default; `--device cuda` runs both on Candle's CUDA device 0 (build with
+//! `--features candle-cuda`: our Triton kernels on Candle CUDA tensors). `--config 1b` is
+//! TinyLlama-1.1B's shape (22 layers, hidden 2048, 32/4 heads of 64) instead of the small one.
+//!
+//!   cargo run --release -p candle-flash-attn --example llama -- [--prompt N] [--decode N]
+//!       [--dtype f32|f16|bf16] [--seed N] [--device cpu|cuda] [--config small|1b]
 
 mod model;
 
@@ -15,7 +20,7 @@ use candle::{DType, Device, Tensor, D};
 use model::{AttentionImpl, Config, KvCache, Llama};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
-const CONFIG: Config = Config {
+const SMALL: Config = Config {
     vocab_size: 2048,
     hidden_size: 512,
     intermediate_size: 1376,
@@ -27,12 +32,29 @@ const CONFIG: Config = Config {
     max_positions: 4096,
 };
 
+/// TinyLlama-1.1B's shapes (random weights).
+const ONE_B: Config = Config {
+    vocab_size: 32000,
+    hidden_size: 2048,
+    intermediate_size: 5632,
+    num_layers: 22,
+    num_heads: 32,
+    num_kv_heads: 4,
+    rope_theta: 10_000.0,
+    rms_norm_eps: 1e-5,
+    max_positions: 4096,
+};
+
 struct Args {
     prompt_len: usize,
     decode_steps: usize,
     dtype: DType,
     seed: u64,
+    device: Device,
+    config: Config,
 }
+
+const USAGE: &str = "usage: llama [--prompt N] [--decode N] [--dtype f32|f16|bf16] [--seed N] [--device cpu|cuda] [--config small|1b]";
 
 fn parse_args() -> Result<Args> {
     let mut args = Args {
@@ -40,10 +62,16 @@ fn parse_args() -> Result<Args> {
         decode_steps: 64,
         dtype: DType::F32,
         seed: 42,
+        device: Device::Cpu,
+        config: SMALL,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let value = it.next().with_context(|| format!("{flag} needs a value"))?;
+        if flag == "--help" || flag == "-h" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        let value = it.next().with_context(|| format!("{flag} needs a value\n{USAGE}"))?;
         match flag.as_str() {
             "--prompt" => args.prompt_len = value.parse()?,
             "--decode" => args.decode_steps = value.parse()?,
@@ -56,11 +84,25 @@ fn parse_args() -> Result<Args> {
                     other => bail!("unknown dtype {other}"),
                 }
             }
-            other => bail!("unknown flag {other}"),
+            "--device" => {
+                args.device = match value.as_str() {
+                    "cpu" => Device::Cpu,
+                    "cuda" => Device::new_cuda(0)?,
+                    other => bail!("unknown device {other}\n{USAGE}"),
+                }
+            }
+            "--config" => {
+                args.config = match value.as_str() {
+                    "small" => SMALL,
+                    "1b" => ONE_B,
+                    other => bail!("unknown config {other}\n{USAGE}"),
+                }
+            }
+            other => bail!("unknown flag {other}\n{USAGE}"),
         }
     }
-    if args.prompt_len == 0 || args.prompt_len + args.decode_steps > CONFIG.max_positions {
-        bail!("need 0 < prompt + decode <= {}", CONFIG.max_positions);
+    if args.prompt_len == 0 || args.prompt_len + args.decode_steps > args.config.max_positions {
+        bail!("need 0 < prompt + decode <= {}", args.config.max_positions);
     }
     Ok(args)
 }
@@ -78,11 +120,15 @@ struct Run {
 
 /// Prefill `prompt`, then decode one token at a time with the cache. The fed-back tokens are
 /// `forced` when given (so both models see identical inputs), else the model's own greedy picks.
-fn run(model: &Llama, prompt: &[u32], steps: usize, forced: Option<&[u32]>) -> Result<Run> {
-    let mut cache = KvCache::new(&CONFIG);
-    let tokens = Tensor::new(prompt, &Device::Cpu)?.unsqueeze(0)?;
+/// Timings wait for the device: each step reads its greedy pick back, and the prefill
+/// synchronizes before the clock stops.
+fn run(model: &Llama, args: &Args, prompt: &[u32], steps: usize, forced: Option<&[u32]>) -> Result<Run> {
+    let dev = &args.device;
+    let mut cache = KvCache::new(&args.config);
+    let tokens = Tensor::new(prompt, dev)?.unsqueeze(0)?;
     let start = Instant::now();
     let prefill_logits = model.forward(&tokens, &mut cache)?.squeeze(0)?;
+    dev.synchronize()?;
     let prefill_secs = start.elapsed().as_secs_f64();
 
     let argmax =
@@ -92,7 +138,7 @@ fn run(model: &Llama, prompt: &[u32], steps: usize, forced: Option<&[u32]>) -> R
     let start = Instant::now();
     for step in 0..steps {
         let next = forced.map_or(greedy[step], |f| f[step]);
-        let input = Tensor::new(&[next], &Device::Cpu)?.unsqueeze(0)?;
+        let input = Tensor::new(&[next], dev)?.unsqueeze(0)?;
         let logits = model.forward(&input, &mut cache)?.squeeze(0)?.squeeze(0)?;
         greedy.push(argmax(&logits)?);
         decode_logits.push(logits);
@@ -118,26 +164,28 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> Result<f32> {
 
 fn main() -> Result<()> {
     let args = parse_args()?;
-    let c = &CONFIG;
+    let c = &args.config;
     println!(
         "llama-style decoder: {} layers, hidden {}, {} query heads / {} kv heads (GQA), head dim {}, \
-         vocab {}, {:?} on the CPU, seed {}",
-        c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim(), c.vocab_size, args.dtype, args.seed
+         vocab {}, {:?} on {:?}, seed {}",
+        c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim(), c.vocab_size, args.dtype,
+        args.device.location(), args.seed
     );
     let weights = model::random_weights(c, args.seed)?;
-    let flash = Llama::from_weights(c, &weights, args.dtype, AttentionImpl::Flash)?;
-    let naive = Llama::from_weights(c, &weights, args.dtype, AttentionImpl::Naive)?;
+    let flash = Llama::from_weights(c, &weights, args.dtype, &args.device, AttentionImpl::Flash)?;
+    let naive = Llama::from_weights(c, &weights, args.dtype, &args.device, AttentionImpl::Naive)?;
+    drop(weights);
     let mut rng = StdRng::seed_from_u64(args.seed ^ 0x70ce);
     let prompt: Vec<u32> = (0..args.prompt_len)
         .map(|_| rng.gen_range(0..c.vocab_size as u32))
         .collect();
 
     // Warm up both paths (thread pool, allocator) so the timings compare steady states.
-    run(&flash, &prompt[..prompt.len().min(16)], 2, None)?;
-    run(&naive, &prompt[..prompt.len().min(16)], 2, None)?;
+    run(&flash, &args, &prompt[..prompt.len().min(16)], 2, None)?;
+    run(&naive, &args, &prompt[..prompt.len().min(16)], 2, None)?;
 
-    let f = run(&flash, &prompt, args.decode_steps, None)?;
-    let n = run(&naive, &prompt, args.decode_steps, Some(&f.greedy))?;
+    let f = run(&flash, &args, &prompt, args.decode_steps, None)?;
+    let n = run(&naive, &args, &prompt, args.decode_steps, Some(&f.greedy))?;
 
     let logit_scale = f
         .prefill_logits

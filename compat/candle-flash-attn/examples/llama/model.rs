@@ -119,7 +119,7 @@ struct Rotary {
 }
 
 impl Rotary {
-    fn new(cfg: &Config, dtype: DType) -> Result<Self> {
+    fn new(cfg: &Config, dtype: DType, device: &Device) -> Result<Self> {
         let half = cfg.head_dim() / 2;
         let angles: Vec<f64> = (0..cfg.max_positions)
             .flat_map(|pos| {
@@ -128,21 +128,24 @@ impl Rotary {
                 })
             })
             .collect();
-        let angles = Tensor::from_vec(angles, (cfg.max_positions, half), &Device::Cpu)?;
+        let angles = Tensor::from_vec(angles, (cfg.max_positions, half), &Device::Cpu)?.to_device(device)?;
         Ok(Rotary {
             cos: angles.cos()?.to_dtype(dtype)?,
             sin: angles.sin()?.to_dtype(dtype)?,
         })
     }
 
-    /// x `(b, t, heads, head_dim)` holding positions `start..start + t`.
+    /// x `(b, t, heads, head_dim)` holding positions `start..start + t`. Tensor ops rather
+    /// than candle-nn's fused rope, which has no CUDA kernel unless candle-nn's own `cuda`
+    /// feature is on (a dev-dependency's feature no feature of this crate can turn on).
     fn apply(&self, x: &Tensor, start: usize) -> Result<Tensor> {
-        let t = x.dim(1)?;
-        candle_nn::rotary_emb::rope_thd(
-            x,
-            &self.cos.narrow(0, start, t)?,
-            &self.sin.narrow(0, start, t)?,
-        )
+        let (t, half) = (x.dim(1)?, x.dim(3)? / 2);
+        let cos = self.cos.narrow(0, start, t)?.unsqueeze(1)?;
+        let sin = self.sin.narrow(0, start, t)?.unsqueeze(1)?;
+        let (x1, x2) = (x.narrow(3, 0, half)?, x.narrow(3, half, half)?);
+        let rotated_1 = (x1.broadcast_mul(&cos)? - x2.broadcast_mul(&sin)?)?;
+        let rotated_2 = (x2.broadcast_mul(&cos)? + x1.broadcast_mul(&sin)?)?;
+        Tensor::cat(&[rotated_1, rotated_2], 3)
     }
 }
 
@@ -234,7 +237,15 @@ impl SelfAttention {
 }
 
 /// Plain matmul-softmax attention, same layouts and masking as `flash_attn(.., causal=true)`.
+/// On a GPU it computes in f32, as candle-transformers' llama does (Candle's own attention, the
+/// one a model would run without flash attention), with the generic softmax (candle-nn's fused
+/// one has no CUDA kernel unless candle-nn's own `cuda` feature is on); on the CPU in the
+/// model's dtype, the low-precision naive model the parity test bounds the flash model by.
 fn naive_causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {
+    let on_cpu = q.device().is_cpu();
+    let in_dtype = q.dtype();
+    let work = |x: &Tensor| if on_cpu { Ok(x.clone()) } else { x.to_dtype(DType::F32) };
+    let (q, k, v) = (&work(q)?, &work(k)?, &work(v)?);
     let (b, t, h, d) = q.dims4()?;
     let (_, s, h_k, _) = k.dims4()?;
     let n_rep = h / h_k;
@@ -263,8 +274,12 @@ fn naive_causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Res
         let mask = Tensor::from_vec(mask, (t, s), q.device())?.to_dtype(q.dtype())?;
         logits = logits.broadcast_add(&mask)?;
     }
-    let probs = candle_nn::ops::softmax_last_dim(&logits)?;
-    probs.matmul(&v)?.transpose(1, 2)
+    let probs = if on_cpu {
+        candle_nn::ops::softmax_last_dim(&logits)?
+    } else {
+        candle_nn::ops::softmax(&logits, candle::D::Minus1)?
+    };
+    probs.matmul(&v)?.transpose(1, 2)?.to_dtype(in_dtype)
 }
 
 struct Mlp {
@@ -352,19 +367,20 @@ impl Llama {
             blocks,
             norm: RmsNorm::new(cfg.hidden_size, cfg.rms_norm_eps, model.pp("norm"))?,
             lm_head: candle_nn::linear_no_bias(cfg.hidden_size, cfg.vocab_size, vb.pp("lm_head"))?,
-            rotary: Rotary::new(cfg, vb.dtype())?,
+            rotary: Rotary::new(cfg, vb.dtype(), vb.device())?,
             attention,
         })
     }
 
-    /// Builds the model from `weights` (any dtype) cast to `dtype`, on the CPU.
+    /// Builds the model from `weights` (any dtype) cast to `dtype`, on `device`.
     pub fn from_weights(
         cfg: &Config,
         weights: &HashMap<String, Tensor>,
         dtype: DType,
+        device: &Device,
         attention: AttentionImpl,
     ) -> Result<Self> {
-        let vb = VarBuilder::from_tensors(weights.clone(), dtype, &Device::Cpu);
+        let vb = VarBuilder::from_tensors(weights.clone(), dtype, device);
         Self::new(cfg, vb, attention)
     }
 

@@ -4,6 +4,8 @@
 //! (`flash_attn_rocm::triton::offload::run_on_gpu`: upload, plan, launch, download). Both outputs
 //! must pass the parity rule against the f64 reference and the GPU LSE must match the CPU's.
 //!
+//! With `candle-cuda`, every check also runs on Candle CUDA tensors (check.rs).
+//!
 //! The GPU: with `cuda-verify`, device 0 of the CUDA driver (the NVIDIA check of the same kernel
 //! sources, compiled to sm_90); with `rocm` alone, device 0 of HIP. Without a GPU every test is
 //! reported ignored, with the reason (runner.rs: `harness = false`, built with the `triton`
@@ -17,6 +19,7 @@ mod common;
 mod batch;
 mod check;
 mod runner;
+mod threads;
 mod triton_cases;
 #[path = "../rocm_candle/varlen.rs"]
 mod varlen;
@@ -30,6 +33,7 @@ const TESTS: &[runner::GpuTest] = &[
     ("triton_cases::calls_the_triton_path_cannot_serve_are_errors", triton_cases::calls_the_triton_path_cannot_serve_are_errors),
     ("varlen::paged_functions_match_cpu", varlen::check_paged_functions),
     ("varlen::varlen_functions_match_cpu", varlen::check_varlen_functions),
+    ("threads::fresh_threads_calling_at_once_match_cpu", threads::fresh_threads_calling_at_once_match_cpu),
 ];
 
 fn main() {

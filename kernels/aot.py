@@ -7,7 +7,7 @@ For every target and variant it writes DIR/<target>/<variant>.<hsaco|cubin> and 
 DIR/manifest.tsv (the columns are in MANIFEST_COLUMNS). AMD targets get HSACO code objects,
 with their AMDGCN assembly and TTGIR beside them (<variant>.amdgcn, .ttgir: for
 scripts/kernel_report.py, never embedded), `sm_90` a cubin (the NVIDIA check of the same
-sources). Needs only the `triton` wheel: no ROCm, no CUDA toolkit.
+sources) with its PTX and TTGIR. Needs only the `triton` wheel: no ROCm, no CUDA toolkit.
 """
 
 import argparse
@@ -53,6 +53,13 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   another's products; on gfx1100 at d >= 128 only 16-key tiles stay out of the key loop's
 #   scratch. More programs per CU make up for the small ones (src/triton/split.rs counts waves).
 # sm_90 keeps the tiles measured fastest on the H100/H200 (its mma needs no such rule).
+# - sm_90 paged decode keeps the 3 stages of its 74 KiB tile: the pipeliner puts the
+#   block-table load a stage before the K/V loads it addresses, so one K/V tile is in flight per
+#   program where flat decode has two; 5 stages give two (140 KiB, as flat), but then one
+#   program per SM. Two resident 3-stage programs (src/triton/split.rs splits for them) match
+#   the 5-stage one where programs are few and beat it where they are many (H200, GQA 32/8,
+#   d=128, f16, pages of 16, JIT: b=4 32k 140 us with 8 splits against 142 with 4; b=64 1k 77
+#   against 100; b=32 2k 73 against 82).
 TILES = {
     ("cdna", "prefill"): {32: (128, 64, 4, 1, 2), 64: (128, 64, 4, 1, 2), 128: (128, 64, 4, 1, 2), 256: (128, 32, 4, 1, 2)},
     ("cdna", "prefill_paged"): {32: (128, 64, 4, 1, 2), 64: (128, 64, 4, 1, 2), 128: (128, 32, 4, 1, 2), 256: (128, 32, 4, 1, 2)},
@@ -216,12 +223,12 @@ def compile_one(job):
     rel = f"{target}/{name}.{ext}"
     with open(os.path.join(out_dir, rel), "wb") as f:
         f.write(binary)
-    if kind != "sm90":
-        # Beside the code object, for scripts/kernel_report.py (never embedded: the build reads
-        # only the manifest's file): the assembly and the layouts Triton chose.
-        for stage in ("amdgcn", "ttgir"):
-            with open(os.path.join(out_dir, f"{target}/{name}.{stage}"), "w") as f:
-                f.write(kernel.asm[stage])
+    # Beside the code object, for scripts/kernel_report.py and for reading what the compiler
+    # did (never embedded: the build reads only the manifest's file): the assembly and the
+    # layouts and pipelining Triton chose.
+    for stage in ("ptx" if kind == "sm90" else "amdgcn", "ttgir"):
+        with open(os.path.join(out_dir, f"{target}/{name}.{stage}"), "w") as f:
+            f.write(kernel.asm[stage])
     return [target, name, md.name, family, fields["tile"], fields["dtype"], fields["block_d"],
             int(fields["even_d"]), int(fields["paged"]), int(fields["extras"]), bm, bn, threads, md.shared,
             len(scratch), vspill, sspill, f"{seconds:.1f}", rel]

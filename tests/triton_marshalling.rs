@@ -3,11 +3,11 @@
 
 mod common;
 
-use candle::{DType, Device, Tensor};
+use candle::{DType, Device, Layout, Tensor};
 use flash_attn_rocm::params::{AttnCall, Request, VarLenRequest};
 use flash_attn_rocm::rocm::DeviceBuffers;
 use flash_attn_rocm::triton::{
-    fwd_args, merge_args, select, ArgValue, Family, FwdArgs, KernelDtype, KernelImage, MergeArgs, Plan, Tile,
+    fwd_args, merge_args, select, ArgValue, Family, FwdArgs, KernelDtype, KernelImage, Kernels, MergeArgs, Plan, Tile,
 };
 use rand::Rng;
 
@@ -224,6 +224,42 @@ fn paged_arguments_with_any_page_size_and_a_split_decode() {
     let m = merge_args(&a);
     assert_eq!((m.cu_seqlens_q, m.cu_seqlens_k, m.is_varlen, m.num_heads_k), (a.cu_seqlens_q, a.cu_seqlens_k, 1, h_k as i32));
     assert_eq!((m.kv_rows, m.kv_len_cap, m.seqlen_q), (a.kv_rows, a.kv_len_cap, 1));
+}
+
+/// Paged decode programs count two per SM where their shared memory lets two in (each keeps one
+/// K/V tile in flight), flat ones and those too large one: b=4, GQA 32/8 over 32k keys on 132
+/// SMs splits 8 ways paged (256 programs) and 4 ways flat (128).
+#[test]
+fn paged_decode_splits_for_two_resident_programs_per_unit() {
+    let kernels = |paged: bool, shared: u32| {
+        let fwd = KernelImage { target: "sm_90", block_n: 128, shared, ..image(Tile::Decode, Family::Fwd, 128, true, paged, false) };
+        let merge = KernelImage { target: "sm_90", ..image(Tile::Merge, Family::Merge, 128, false, false, false) };
+        Kernels { fwd: Box::leak(Box::new(fwd)), merge: Box::leak(Box::new(merge)) }
+    };
+    let (b, s_k, page, h, h_k, d) = (4, 32768, 16, 32, 8, 128);
+    let q = zeros(&[b, h, d], DType::F16);
+    let kv = Layout::contiguous((b * s_k / page, page, h_k, d));
+    let table = Tensor::arange(0u32, (b * s_k / page) as u32, &Device::Cpu).unwrap().reshape((b, s_k / page)).unwrap();
+    let (sq, sk) = (u32s(&[0, 1, 2, 3, 4]), u32s(&[0, 32768, 65536, 98304, 131072]));
+    let req = Request {
+        varlen: Some(VarLenRequest {
+            seqlens_q: &sq,
+            seqlens_k: &sk,
+            max_seqlen_q: 1,
+            max_seqlen_k: s_k,
+            block_table: Some(&table),
+            page_block_size: Some(page),
+            mm_prefix_ranges: None,
+        }),
+        ..batch_request(None)
+    };
+    let paged = AttnCall::new(&req, [DType::F16; 3], q.layout(), &kv, &kv).unwrap();
+    assert_eq!(Plan::new(&paged, kernels(true, 74_240), 132).unwrap().num_splits, 8);
+    assert_eq!(Plan::new(&paged, kernels(true, 139_264), 132).unwrap().num_splits, 4);
+    let q = zeros(&[b, 1, h, d], DType::F16);
+    let kv = Layout::contiguous((b, s_k, h_k, d));
+    let flat = AttnCall::new(&batch_request(None), [DType::F16; 3], q.layout(), &kv, &kv).unwrap();
+    assert_eq!(Plan::new(&flat, kernels(false, 74_240), 132).unwrap().num_splits, 4);
 }
 
 /// A varlen request whose seqlens are left unread (the product path: no device-to-host copy).

@@ -1,7 +1,7 @@
 //! From a validated [`AttnCall`] and device addresses to the Triton kernels' launch: grid, key
 //! splits and the exact argument structs. Pure Rust, tested in every build.
 use super::args::{FwdArgs, MergeArgs};
-use super::registry::KernelImage;
+use super::registry::{KernelImage, Tile};
 use super::select::Kernels;
 use super::split;
 use crate::params::{AttnCall, Mode};
@@ -40,7 +40,10 @@ impl Plan {
         let heads = call.batch * call.num_heads_k;
         let (num_splits, split_len) = match blocks_m {
             0 => (1, call.max_seqlen_k.max(1).next_multiple_of(fwd.block_n as usize)),
-            _ => split::choose(blocks_m * heads, fwd.threads as usize, call.max_seqlen_k, fwd.block_n as usize, units),
+            _ => {
+                let programs = blocks_m * heads;
+                split::choose(programs, fwd.threads as usize, resident(fwd), call.max_seqlen_k, fwd.block_n as usize, units)
+            }
         };
         if heads > MAX_GRID_YZ {
             candle::bail!(
@@ -70,6 +73,18 @@ impl Plan {
     /// Whether the grid has any program (calls without query rows launch nothing).
     pub fn is_empty(&self) -> bool {
         self.grid.contains(&0)
+    }
+}
+
+/// Programs of `fwd` the split may count on per compute unit: paged decode programs as many as
+/// their shared memory lets in (each keeps one K/V tile in flight: the table load takes a
+/// pipeline stage), every other kernel one. Flat decode on sm_90 keeps two tiles in flight; a
+/// second resident flat program was mixed on an H200 (d=32 and 256 faster, d=64 up to 6%
+/// slower), so it is not counted on.
+fn resident(fwd: &KernelImage) -> usize {
+    match (fwd.tile, fwd.paged) {
+        (Tile::Decode, true) => split::decode_resident(fwd.shared as usize, fwd.target),
+        _ => 1,
     }
 }
 

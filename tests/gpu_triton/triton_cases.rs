@@ -1,6 +1,6 @@
 //! What only the Triton path serves, on the GPU against the CPU: head dims off CK's tiles,
 //! softcap together with ALiBi, pages of any size with `mm_prefix_ranges`, decode calls whose
-//! keys are split (and merged), and the calls it refuses.
+//! keys are split (and merged), paged decode on every head-dim tile, and the calls it refuses.
 
 use candle::{DType, Device, Tensor};
 use flash_attn_rocm as fa;
@@ -112,6 +112,30 @@ pub fn split_decode_matches_cpu() {
         check_lse_variant(&format!("paged decode {dtype:?} {s_k}"), &cpu, &[&r.q, &p.k_pages, &p.v_pages, &sq, &sk, &p.table], &exp, true, |a| {
             let (kv, lens) = paged_args(a, 48, max);
             with_lse(calls::paged_with_lse(&a[0], &kv, None, &lens, fp))
+        });
+    }
+}
+
+pub fn paged_decode_of_every_head_dim_tile_matches_cpu() {
+    let Some((cpu, mut rng)) = gpu_and_rng("paged_decode_of_every_head_dim_tile_matches_cpu") else {
+        return;
+    };
+    // One query row per sequence, GQA 8/2 (4 rows: the decode tile), so each head-dim tile's
+    // paged decode variant runs, with its own keys per tile and pipeline depth: caches from
+    // empty to several thousand keys (split and merged), pages smaller and larger than a tile.
+    let lens = [(1, 2500), (1, 0), (1, 33), (1, 700)];
+    for (n, (d, page)) in [(32, 16), (64, 7), (96, 256), (128, 1), (200, 33), (256, 16)].into_iter().enumerate() {
+        let dtype = DTYPES[n % 2];
+        let window = if n % 3 == 2 { (Some(300), Some(0)) } else { NONE };
+        let x = ragged(&mut rng, &lens, (8, 2, d), dtype);
+        let p = paginate(&mut rng, &x, page, 3);
+        let max = (1, 2500);
+        let f = Features { scale: 0.5 / (d as f32).sqrt(), window, alibi: None, softcap: None };
+        let exp = expected(&x.seqs(), &vec![f.ref_opts(max.1); lens.len()], (8, 2, d), dtype, LseLayout::VarLen);
+        let (sq, sk) = x.seqlens();
+        check_lse_variant(&format!("paged decode d {d} page {page} {dtype:?}"), &cpu, &[&x.q, &p.k_pages, &p.v_pages, &sq, &sk, &p.table], &exp, true, |a| {
+            let (kv, lens) = paged_args(a, page, max);
+            with_lse(calls::paged_with_lse(&a[0], &kv, None, &lens, f))
         });
     }
 }

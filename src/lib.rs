@@ -18,8 +18,12 @@
 //!   a `candle-core` patched with Candle's ROCm backend (PR #3801); without it, the [`rocm`] and
 //!   [`triton`] modules launch on raw device pointers.
 //! - **NVIDIA verification, feature `cuda-verify`.** The same Triton sources compiled for sm_90,
-//!   used to check the GPU kernels against the CPU backend (`triton::offload`); not a
-//!   production CUDA backend.
+//!   used to check the GPU kernels against the CPU backend (`triton::offload`).
+//! - **Candle tensors on a CUDA device, feature `candle-cuda`** (implies `cuda-verify`): the ops'
+//!   `CustomOp3::cuda_fwd` on released candle, our Triton kernels on Candle's CUDA device.
+//!   Building candle's `cuda` feature needs nvcc (docs/building.md).
+//! - **Any other GPU device** (a Candle fork's, raw buffers): implement `glue::GpuDevice` and call
+//!   `glue::forward` (features `rocm` or `cuda-verify`); every device above goes through it.
 //!
 //! # Quick start
 //!
@@ -112,6 +116,8 @@
 //!   that every backend consumes; [`cpu`] runs it on host memory; [`rocm`] (CK arguments and
 //!   dispatch, `rocm::fmha_fwd` with feature `rocm`) and [`triton`] (our kernels' registry,
 //!   selection and arguments) launch on raw device pointers and a HIP stream.
+
+#![deny(missing_docs)]
 
 mod api;
 pub mod cpu;

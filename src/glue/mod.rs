@@ -116,9 +116,13 @@ pub trait GpuDevice {
 /// offsets are added by the path) with its layout, and their dtypes (which must agree).
 #[derive(Debug, Clone, Copy)]
 pub struct Inputs<'a> {
+    /// q's, k's and v's dtypes; f16 or bf16, all three the same (an `Err` otherwise).
     pub dtypes: [DType; 3],
+    /// q: `(b, s_q, h, d)` in batch mode, `(total_q, h, d)` otherwise.
     pub q: (usize, &'a Layout),
+    /// k: `(b, s_k, h_k, d)`, `(total_k, h_k, d)`, or paged `(num_blocks, page, h_k, d)`.
     pub k: (usize, &'a Layout),
+    /// v: k's shape.
     pub v: (usize, &'a Layout),
 }
 

@@ -5,9 +5,13 @@
 /// One kernel argument as the driver passes it (by address of its value).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ArgValue {
+    /// A device address (a tensor's first element, or 0 for an unused pointer).
     Ptr(u64),
+    /// A 32-bit integer: sizes, 32-bit strides (in elements), flags.
     I32(i32),
+    /// A 64-bit integer: the batch strides, which can pass 2^31 elements.
     I64(i64),
+    /// A 32-bit float: the softmax scale and the softcap.
     F32(f32),
 }
 
@@ -15,7 +19,13 @@ macro_rules! kernel_args {
     ($(#[$meta:meta])* pub struct $name:ident { $($(#[$fmeta:meta])* $field:ident: $kind:ident = $param:literal,)* }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Default)]
-        pub struct $name { $($(#[$fmeta])* pub $field: kernel_args!(@type $kind),)* }
+        pub struct $name {
+            $(
+                $(#[$fmeta])*
+                #[doc = concat!("The kernel's `", $param, "` parameter (kernels/attention.py documents each).")]
+                pub $field: kernel_args!(@type $kind),
+            )*
+        }
 
         impl $name {
             /// The kernel's parameter names, in order.

@@ -18,9 +18,12 @@ const MAX_GRID_YZ: usize = 65535;
 /// One call's launch: the kernels, the attention grid and how the keys are split.
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
+    /// The code objects that serve the call (attention kernel and merge).
     pub kernels: Kernels,
     /// `(query blocks, batch x k/v heads, splits)`.
     pub grid: [u32; 3],
+    /// Programs along the keys of each (query block, sequence, k/v head); above 1 the
+    /// programs write split accumulators that `attn_merge` combines.
     pub num_splits: usize,
     /// Keys per split (a multiple of the tile's BLOCK_N).
     pub split_len: usize,

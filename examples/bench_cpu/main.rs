@@ -32,18 +32,49 @@ fn median_ms(runs: usize, mut f: impl FnMut()) -> f64 {
     times[times.len() / 2]
 }
 
+const USAGE: &str = "usage:
+  bench_cpu prefill [--dtype f32] [--seq 1024] [--causal 0] [--heads 16] [--dim 128] [--runs 5] [--layout 0]
+  bench_cpu decode [--dtype f32] [--seq 32768] [--heads 32] [--heads-k 8] [--dim 128] [--batch 1] [--runs 5] [--naive 1]
+  bench_cpu machine
+One CPU measurement, printed as one line of key=value (the values shown are the defaults):
+prefill: our median ms (--layout 1: (b, h, s, d) memory); decode: ours and naive attention's
+median ms (--naive 0 skips naive) and our K/V GB/s; machine: one thread's f32 FMA peak and the
+read bandwidth. dtype: f32, f16 or bf16. Threads: RAYON_NUM_THREADS.";
+
+/// Prints `message` and the usage to stderr and exits with status 2.
+fn usage_error(message: &str) -> ! {
+    eprintln!("bench_cpu: {message}\n{USAGE}");
+    std::process::exit(2)
+}
+
+/// The options of the modes (each mode reads its own and ignores the others).
+const OPTIONS: [&str; 10] = ["dtype", "seq", "causal", "heads", "heads-k", "dim", "batch", "runs", "layout", "naive"];
+
 struct Args(HashMap<String, String>);
 
 impl Args {
+    fn parse(argv: &[String]) -> Args {
+        let mut map = HashMap::new();
+        for pair in argv.chunks(2) {
+            let Some(key) = pair[0].strip_prefix("--").filter(|k| OPTIONS.contains(k)) else {
+                usage_error(&format!("unknown argument `{}`", pair[0]))
+            };
+            let Some(value) = pair.get(1) else { usage_error(&format!("{} needs a value", pair[0])) };
+            map.insert(key.to_string(), value.clone());
+        }
+        Args(map)
+    }
     fn get(&self, key: &str, default: usize) -> usize {
-        self.0.get(key).map_or(default, |v| v.parse().unwrap_or_else(|_| panic!("--{key} takes a number")))
+        self.0.get(key).map_or(default, |v| {
+            v.parse().unwrap_or_else(|_| usage_error(&format!("--{key} takes a number, got `{v}`")))
+        })
     }
     fn dtype(&self) -> DType {
         match self.0.get("dtype").map_or("f32", String::as_str) {
             "f32" => DType::F32,
             "bf16" => DType::BF16,
             "f16" => DType::F16,
-            other => panic!("unknown dtype {other}"),
+            other => usage_error(&format!("--dtype: unknown dtype `{other}` (f32, f16 or bf16)")),
         }
     }
 }
@@ -54,9 +85,15 @@ fn randn(dims: &[usize], dtype: DType) -> candle::Result<Tensor> {
 
 fn main() -> candle::Result<()> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
-    let mode = argv.first().cloned().unwrap_or_default();
-    let pairs = argv[1.min(argv.len())..].chunks(2).map(|p| (p[0].trim_start_matches("--").to_string(), p.get(1).cloned().unwrap_or_default()));
-    let args = Args(pairs.collect());
+    if argv.is_empty() || argv.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    let mode = argv[0].clone();
+    if !["prefill", "decode", "machine"].contains(&mode.as_str()) {
+        usage_error(&format!("unknown mode `{mode}`"));
+    }
+    let args = Args::parse(&argv[1..]);
     let (runs, dtype, d) = (args.get("runs", 5), args.dtype(), args.get("dim", 128));
     let threads = rayon::current_num_threads();
     match mode.as_str() {
@@ -99,7 +136,7 @@ fn main() -> candle::Result<()> {
             let read = peak::read_bandwidth_gbs();
             println!("mode=machine threads={threads} isa={name} fma_peak_gflops_1t={gflops:.1} read_gbs={read:.2}");
         }
-        other => panic!("unknown mode {other:?}: prefill, decode or machine (see the doc comment)"),
+        _ => unreachable!("checked above"),
     }
     Ok(())
 }

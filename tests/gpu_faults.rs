@@ -29,6 +29,7 @@ use common::{randn, values};
 
 const SCALE: f32 = 0.088;
 
+/// A `#[test]` function here is never compiled (`harness = false` drops it): a test is listed here.
 fn main() {
     runner::run(&[("side_tensors_on_the_gpu", side_tensors_on_the_gpu)])
 }

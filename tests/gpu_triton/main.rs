@@ -24,7 +24,9 @@ mod triton_cases;
 #[path = "../rocm_candle/varlen.rs"]
 mod varlen;
 
-/// Each test under the name libtest gave it before this runner.
+/// Every test of this binary, under the name libtest gave it before this runner. A `#[test]`
+/// function here is never compiled (`harness = false` drops it): a new test is a `pub fn`
+/// listed here.
 const TESTS: &[runner::GpuTest] = &[
     ("batch::batch_functions_match_cpu", batch::check_batch_functions),
     ("triton_cases::odd_head_dims_and_softcap_with_alibi_match_cpu", triton_cases::odd_head_dims_and_softcap_with_alibi_match_cpu),

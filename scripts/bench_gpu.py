@@ -1,11 +1,12 @@
 """The GPU benchmark of the Triton path beside PyTorch, in one run, shape by shape.
 
-    python3 scripts/bench_gpu.py BENCH_BINARY [--quick]
+    python3 scripts/bench_gpu.py BENCH_BINARY [--quick] [--prefill-only] [--baseline OLD_BINARY]
 
 BENCH_BINARY is the `bench_gpu` example (built with `--features cuda-verify` for NVIDIA or
-`rocm` for AMD). Prefill: f16/bf16, d=128, 16 heads, b*s = 16384 tokens, s = 2048..16384,
-causal and not, our TFLOP/s beside `scaled_dot_product_attention` restricted to its flash
-backend. Decode: b = 1..16, 32 query / 8 k/v heads, d=128, s_k = 4k..128k, beside PyTorch's
+`rocm` for AMD). Prefill: f16/bf16, d = 64, 128, 256 with h*d = 2048 (32, 16, 8 heads),
+b*s = 16384 tokens, s = 2048..16384, causal and not, our TFLOP/s beside
+`scaled_dot_product_attention` restricted to its flash backend (FA2). `--baseline OLD_BINARY`
+adds the prefill TFLOP/s of another build (old beside new in the same run). Decode: b = 1..16, 32 query / 8 k/v heads, d=128, s_k = 4k..128k, beside PyTorch's
 fastest backend for it (cuDNN, memory-efficient or flash, enable_gqa), and the K/V bytes read
 per second as a fraction of the GPU's device-to-device copy bandwidth (read + write); paged
 decode (pages of 16 and 256, shuffled table) has no PyTorch counterpart, so its rows stand
@@ -55,14 +56,16 @@ def copy_bandwidth():
 def main():
     binary = sys.argv[1]
     quick = "--quick" in sys.argv
+    baseline = sys.argv[sys.argv.index("--baseline") + 1] if "--baseline" in sys.argv else None
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
     bw = copy_bandwidth()
     print(f"# device-to-device copy bandwidth (read + write): {bw:.0f} GB/s")
-    print("| prefill | dtype | b x s | causal | ours TFLOP/s | SDPA flash TFLOP/s | ours / SDPA |")
-    print("|---|---|---|---|---|---|---|")
+    old_col = " baseline TFLOP/s |" if baseline else ""
+    print(f"| prefill | dtype | d | b x s x h | causal |{old_col} ours TFLOP/s | SDPA flash TFLOP/s | ours / SDPA |")
+    print("|---|---|---|---|---|" + ("---|" if baseline else "") + "---|---|---|")
     for dtype_name, dtype in (("f16", torch.float16), ("bf16", torch.bfloat16)):
-        for s in ((2048, 8192) if quick else (2048, 4096, 8192, 16384)):
-            b, h, d = 16384 // s, 16, 128
+        for d, s in ((d, s) for d in (64, 128, 256) for s in ((2048, 8192) if quick else (2048, 4096, 8192, 16384))):
+            b, h = 16384 // s, 2048 // d
             for causal in (False, True):
                 q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(3))
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
@@ -71,8 +74,11 @@ def main():
                 torch_tf = flops / t / 1e12
                 r = ours(binary, "prefill", dtype_name, b, s, h, d, int(causal))
                 ratio = float(r["tflops"]) / torch_tf
-                print(f"| | {dtype_name} | {b} x {s} | {causal} | {r['tflops']} | {torch_tf:.1f} | {ratio:.2f} |")
+                old = f" {ours(baseline, 'prefill', dtype_name, b, s, h, d, int(causal))['tflops']} |" if baseline else ""
+                print(f"| | {dtype_name} | {d} | {b} x {s} x {h} | {causal} |{old} {r['tflops']} | {torch_tf:.1f} | {ratio:.2f} |")
                 del q, k, v
+    if "--prefill-only" in sys.argv:
+        return
     print()
     print("| decode (GQA 32/8, d=128, f16) | b | s_k | splits | ours ms | torch ms (backend) | ours / torch time | ours K/V GB/s | fraction of copy bandwidth |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -15,7 +15,7 @@ set -euo pipefail
 
 print_env=0
 if [ "${1:-}" = "--env" ]; then print_env=1; shift; fi
-dir=${1:-${FLASH_ATTN_ROCM_CACHE:-$HOME/.cache/flash-attn-rocm}/cuda-13.0}
+dir=${1:-${FLASH_ATTN_ROCM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flash-attn-rocm}/cuda-13.0}
 toolkit=$dir/toolkit
 
 env_lines() {

@@ -50,6 +50,9 @@ impl GpuDevice for CudaDevice {
     }
 
     fn alloc(&self, dtype: DType, len: usize, zeroed: bool) -> Result<CudaStorageSlice> {
+        // cuMemAllocAsync refuses 0 bytes; a call without query rows gets a one-element buffer
+        // (a storage may be longer than its tensor).
+        let len = len.max(1);
         macro_rules! alloc {
             ($variant:ident, $t:ty) => {
                 CudaStorageSlice::$variant(if zeroed {

@@ -187,9 +187,9 @@ impl Backend for MockBackend {
         Ok(())
     }
     unsafe fn fill_u32_async(&self, addr: usize, value: u32, count: usize, _stream: usize) -> GpuResult<()> {
-        // SAFETY: the caller guarantees that addr..addr+4*count lies in a live allocation; the
-        // mock's allocations are byte vectors, so the words are written unaligned.
         for i in 0..count {
+            // SAFETY: the caller guarantees that addr..addr+4*count lies in a live allocation;
+            // the mock's allocations are byte vectors, so the words are written unaligned.
             unsafe { std::ptr::write_unaligned((addr as *mut u32).add(i), value) };
         }
         Ok(())

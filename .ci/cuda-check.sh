@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# CI step: the Candle CUDA glue compiles (candle's `cuda` feature needs nvcc: a CUDA 13.0 toolkit
+# folder built from PyPI wheels by scripts/cuda-toolkit.sh, cached outside the repository), and
+# the API docs build with every public item documented and every link resolving, for the
+# default build, the NVIDIA build and the ROCm build (DOCS_RS: no native code, no ROCm needed);
+# the doc examples of the GPU path (glue::GpuDevice) compile.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+# A small Triton kernel set: the glue, not the kernels, is what these steps check.
+export FLASH_ATTN_ROCM_TRITON_DIMS=64 FLASH_ATTN_ROCM_DTYPES=fp16
+
+step_start=$(date +%s)
+# pip from the Triton venv the build creates under the cache root (.ci/run's earlier steps made
+# it; this build is a no-op then).
+cache=${FLASH_ATTN_ROCM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flash-attn-rocm}
+[ -x "$cache/triton-3.6.0/bin/python" ] || cargo build --features cuda-verify --lib
+PYTHON=$cache/triton-3.6.0/bin/python scripts/cuda-toolkit.sh
+eval "$(scripts/cuda-toolkit.sh --env)"
+echo "== cargo check --features candle-cuda (the Candle CUDA glue, its tests and examples)"
+cargo check --features candle-cuda --lib --tests --examples
+cargo check -p candle-flash-attn --features candle-cuda --examples
+echo "== candle-cuda check took $(( $(date +%s) - step_start )) s"
+
+echo "== cargo doc -D warnings (missing docs denied by the crate)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib --features cuda-verify
+DOCS_RS=1 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib --features rocm
+echo "== doc examples of the GPU path"
+cargo test --doc --features cuda-verify
+echo "== cuda and doc checks took $(( $(date +%s) - step_start )) s"

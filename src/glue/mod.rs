@@ -56,10 +56,11 @@ use scratch::Scratch;
 ///     }
 ///     fn alloc(&self, dtype: DType, len: usize, zeroed: bool) -> Result<Self::Buffer> {
 ///         let driver = self.driver()?;
-///         let buffer = driver.malloc(len * dtype.size_in_bytes())?;
+///         // Whole u32 words, so that the fill below covers every byte.
+///         let buffer = driver.malloc((len * dtype.size_in_bytes()).next_multiple_of(4))?;
 ///         if zeroed {
-///             // SAFETY: the buffer was just allocated with `len` elements of at least 2 bytes;
-///             // the fill is queued on this device's stream before any kernel that reads it.
+///             // SAFETY: the fill covers the buffer just allocated, on this device's stream,
+///             // before any kernel that reads it.
 ///             unsafe { driver.fill_u32_async(buffer.addr(), 0, buffer.len() / 4, self.stream) }?;
 ///         }
 ///         Ok(buffer)

@@ -222,6 +222,19 @@ fn main() -> Result<()> {
             decode_diff,
             f.greedy.len(),
         );
+        // Where the picks differ, how close the naive model itself was to ours: the gap between
+        // its logit of its own pick and of ours (a near-tie when within the logit difference).
+        for (step, (&ours, &theirs)) in f.greedy.iter().zip(&n.greedy).enumerate() {
+            if ours != theirs {
+                let logits = match step {
+                    0 => n.prefill_logits.get(prompt.len() - 1)?,
+                    _ => n.decode_logits[step - 1].clone(),
+                };
+                let logits = logits.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+                let gap = logits[theirs as usize] - logits[ours as usize];
+                println!("  step {step}: picks {ours} (ours) and {theirs} (naive); the naive model's own gap between them {gap:.2e}");
+            }
+        }
     }
     Ok(())
 }

@@ -3,7 +3,8 @@
 # folder built from PyPI wheels by scripts/cuda-toolkit.sh, cached outside the repository), and
 # the API docs build with every public item documented and every link resolving, for the
 # default build, the NVIDIA build and the ROCm build (DOCS_RS: no native code, no ROCm needed);
-# the doc examples of the GPU path (glue::GpuDevice) compile.
+# the doc examples of the GPU path (glue::GpuDevice) compile; every NVIDIA target's kernels
+# compile within its shared memory and launch contract (kernels/aot.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -17,6 +18,15 @@ cache=${FLASH_ATTN_ROCM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flash-attn-rocm}
 [ -x "$cache/triton-3.6.0/bin/python" ] || cargo build --features cuda-verify --lib
 PYTHON=$cache/triton-3.6.0/bin/python scripts/cuda-toolkit.sh
 eval "$(scripts/cuda-toolkit.sh --env)"
+# Every tile and variant of the NVIDIA targets the build does not compile in full elsewhere
+# (sm_90's run on the GPU); fp16 only: bf16 tiles take the same shared memory and arguments.
+echo "== kernels/aot.py --targets sm_80,sm_86,sm_89 (fp16, every tile and variant)"
+aot_out=$cache/ci-aot-nvidia
+rm -rf "$aot_out"
+"$cache/triton-3.6.0/bin/python" kernels/aot.py --targets sm_80,sm_86,sm_89 --dtypes fp16 --out "$aot_out" \
+  --jobs "$(nproc)" > "$aot_out.log" 2>&1 || { tail -40 "$aot_out.log"; exit 1; }
+tail -1 "$aot_out.log"
+echo "== NVIDIA AOT check took $(( $(date +%s) - step_start )) s"
 echo "== cargo check --features candle-cuda (the Candle CUDA glue, its tests and examples)"
 cargo check --features candle-cuda --lib --tests --examples
 cargo check -p candle-flash-attn --features candle-cuda --examples

@@ -1,7 +1,7 @@
 //! Build script entry. Every build writes `$OUT_DIR/triton_kernels.rs`, the table of embedded
 //! Triton code objects (empty without the `triton` feature). `triton` (enabled by `rocm` and
 //! `cuda-verify`) compiles kernels/attention.py ahead of time for the requested AMD archs and/or
-//! sm_90; `rocm` also fetches Composable Kernel (CK), generates the selected fmha forward
+//! NVIDIA targets (sm_80, sm_86, sm_89, sm_90); `rocm` also fetches Composable Kernel (CK), generates the selected fmha forward
 //! instances and compiles them with the C++ shim into a static library, for the requested archs
 //! CK serves (none: CK is skipped entirely). The modules of this folder do one job each.
 use std::env;
@@ -108,8 +108,11 @@ fn build() -> BuildResult<()> {
     let amd_archs = selection::amd_archs()?;
     #[cfg(not(feature = "rocm"))]
     let amd_archs: Vec<String> = Vec::new();
-    let cuda_target = cfg!(feature = "cuda-verify").then(|| "sm_90".to_string());
-    let targets = amd_archs.iter().cloned().chain(cuda_target).collect();
+    #[cfg(feature = "cuda-verify")]
+    let cuda_targets = selection::cuda_targets()?;
+    #[cfg(not(feature = "cuda-verify"))]
+    let cuda_targets: Vec<String> = Vec::new();
+    let targets = amd_archs.iter().cloned().chain(cuda_targets).collect();
     let triton_selection = selection::TritonSelection::from_env(targets)?;
     progress::step(&format!(
         "build started for {} ({})",

@@ -42,6 +42,15 @@ pub const ENV_PAGED: &str = "FLASH_ATTN_ROCM_PAGED";
 #[cfg(feature = "rocm")]
 pub const ENV_FILTER: &str = "FLASH_ATTN_ROCM_FILTER";
 pub const ENV_TRITON_DIMS: &str = "FLASH_ATTN_ROCM_TRITON_DIMS";
+#[cfg(feature = "cuda-verify")]
+pub const ENV_CUDA_ARCHS: &str = "FLASH_ATTN_ROCM_CUDA_ARCHS";
+#[cfg(feature = "cuda-verify")]
+pub const ENV_CUDA_PTX: &str = "FLASH_ATTN_ROCM_CUDA_PTX";
+
+/// NVIDIA targets of the Triton kernels (`cuda-verify`): A100 (sm_80); RTX 30, A10, A40 (sm_86,
+/// whose cubins also run on sm_87); RTX 40, L4, L40 (sm_89); H100/H200 (sm_90).
+#[cfg(feature = "cuda-verify")]
+const CUDA_TARGETS: [&str; 4] = ["sm_80", "sm_86", "sm_89", "sm_90"];
 pub const ENV_TRITON_FILTER: &str = "FLASH_ATTN_ROCM_TRITON_FILTER";
 
 /// The CK kernel set.
@@ -100,12 +109,14 @@ impl Selection {
 /// The Triton kernel set: every variant of kernels/aot.py for these targets, tiles and dtypes
 /// whose name matches the filter (the merge kernels always).
 pub struct TritonSelection {
-    /// AMD archs, then `sm_90` with `cuda-verify`.
+    /// AMD archs, then the NVIDIA targets with `cuda-verify`.
     pub targets: Vec<String>,
     pub block_dims: Vec<u32>,
     pub dtypes: Vec<String>,
     /// Comma-separated globs on variant names (aot.py --filter); empty keeps all.
     pub filter: String,
+    /// Embed the NVIDIA kernels as PTX instead of cubins (aot.py writes both).
+    pub cuda_ptx: bool,
 }
 
 impl TritonSelection {
@@ -118,7 +129,11 @@ impl TritonSelection {
             .map(|d| parse_dim(d, ENV_TRITON_DIMS, &TRITON_DIMS, "a Triton head-dim tile"))
             .collect::<BuildResult<Vec<_>>>()?;
         let filter = env::var(ENV_TRITON_FILTER).unwrap_or_default().trim().to_string();
-        Ok(TritonSelection { targets, block_dims, dtypes: dtypes()?, filter })
+        #[cfg(feature = "cuda-verify")]
+        let cuda_ptx = cuda_ptx()?;
+        #[cfg(not(feature = "cuda-verify"))]
+        let cuda_ptx = false;
+        Ok(TritonSelection { targets, block_dims, dtypes: dtypes()?, filter, cuda_ptx })
     }
 
     /// One line for the build log, `BUILD_INFO` and the cache key.
@@ -146,7 +161,7 @@ fn list_var(var: &str, default: &str) -> Vec<String> {
     value.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
 }
 
-#[cfg(feature = "rocm")]
+#[cfg(any(feature = "rocm", feature = "cuda-verify"))]
 fn flag_var(var: &str, default: bool) -> BuildResult<bool> {
     match env::var(var).as_deref() {
         Err(_) | Ok("") => Ok(default),
@@ -164,6 +179,92 @@ fn parse_dim(text: &str, var: &str, supported: &[u32], what: &str) -> BuildResul
              (a head dim d runs on the smallest built tile >= d)"
         )),
     }
+}
+
+/// FLASH_ATTN_ROCM_CUDA_ARCHS, else the targets that serve the NVIDIA GPUs of this machine
+/// (`nvidia-smi`), else every NVIDIA target.
+#[cfg(feature = "cuda-verify")]
+pub fn cuda_targets() -> BuildResult<Vec<String>> {
+    println!("cargo:rerun-if-env-changed={ENV_CUDA_ARCHS}");
+    if let Ok(list) = env::var(ENV_CUDA_ARCHS) {
+        if !list.trim().is_empty() {
+            return parse_cuda_targets(&list);
+        }
+    }
+    let capabilities = local_compute_capabilities();
+    let mut targets: Vec<String> = Vec::new();
+    for capability in &capabilities {
+        match cuda_target_for(capability) {
+            Some(t) if !targets.iter().any(|x| x == t) => targets.push(t.to_string()),
+            Some(_) => {}
+            None => println!(
+                "cargo:warning=flash-attn-rocm: no cubin target serves compute capability {capability} \
+                 ({CUDA_TARGETS:?}); set {ENV_CUDA_ARCHS}=sm_89 {ENV_CUDA_PTX}=1 to embed PTX that the driver \
+                 compiles for it"
+            ),
+        }
+    }
+    if targets.is_empty() {
+        println!(
+            "cargo:warning=flash-attn-rocm: no NVIDIA GPU detected, building for {} (set {ENV_CUDA_ARCHS} to choose)",
+            CUDA_TARGETS.join(",")
+        );
+        targets = CUDA_TARGETS.iter().map(|t| t.to_string()).collect();
+    }
+    Ok(targets)
+}
+
+/// The comma-separated NVIDIA targets of `list`, each one of [`CUDA_TARGETS`], without repeats.
+#[cfg(feature = "cuda-verify")]
+fn parse_cuda_targets(list: &str) -> BuildResult<Vec<String>> {
+    let mut targets: Vec<String> = Vec::new();
+    for target in list.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        if !CUDA_TARGETS.contains(&target) {
+            return Err(format!("{ENV_CUDA_ARCHS}: `{target}` is not one of {CUDA_TARGETS:?}"));
+        }
+        if !targets.iter().any(|t| t == target) {
+            targets.push(target.to_string());
+        }
+    }
+    Ok(targets)
+}
+
+/// The target whose cubins run on compute capability `major.minor` (`8.7` -> `sm_86`): the same
+/// major and the highest minor up to the device's.
+#[cfg(feature = "cuda-verify")]
+fn cuda_target_for(capability: &str) -> Option<&'static str> {
+    let (major, minor) = capability.trim().split_once('.')?;
+    let (major, minor): (u32, u32) = (major.parse().ok()?, minor.parse().ok()?);
+    CUDA_TARGETS
+        .iter()
+        .filter(|t| {
+            let (m, n) = t["sm_".len()..].split_at(1);
+            m.parse() == Ok(major) && n.parse::<u32>().is_ok_and(|n| n <= minor)
+        })
+        .max()
+        .copied()
+}
+
+/// The compute capabilities `nvidia-smi` reports (`9.0`), none when it is absent.
+#[cfg(feature = "cuda-verify")]
+fn local_compute_capabilities() -> Vec<String> {
+    println!("cargo:rerun-if-env-changed=PATH");
+    let Ok(out) = std::process::Command::new("nvidia-smi").args(["--query-gpu=compute_cap", "--format=csv,noheader"]).output()
+    else {
+        return Vec::new();
+    };
+    if !out.status.success() {
+        return Vec::new();
+    }
+    String::from_utf8_lossy(&out.stdout).lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect()
+}
+
+/// `FLASH_ATTN_ROCM_CUDA_PTX=1`: embed the NVIDIA kernels as PTX, which the driver compiles for
+/// the GPU at first use (newer GPUs than the targets; one target's code on another GPU).
+#[cfg(feature = "cuda-verify")]
+pub fn cuda_ptx() -> BuildResult<bool> {
+    println!("cargo:rerun-if-env-changed={ENV_CUDA_PTX}");
+    flag_var(ENV_CUDA_PTX, false)
 }
 
 /// FLASH_ATTN_ROCM_ARCHS, else the GPUs of this machine, else gfx942.

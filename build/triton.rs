@@ -49,8 +49,9 @@ pub fn build(selection: &TritonSelection) -> BuildResult<()> {
             progress::step(&format!("Triton {target}: compiled in {:.0} s", started.elapsed().as_secs_f64()));
         }
         let rows = read_manifest(&dir)?;
+        let ptx = selection.cuda_ptx && target.starts_with("sm_");
         for row in &rows {
-            table.push_str(&entry(row, &dir)?);
+            table.push_str(&entry(row, &dir, ptx)?);
         }
         let how = match reused {
             true => "reused from the build cache".to_string(),
@@ -194,8 +195,9 @@ fn read_manifest(dir: &Path) -> BuildResult<Vec<Row>> {
     Ok(rows)
 }
 
-/// One line of the table: `KernelImage { ... },`.
-fn entry(row: &Row, dir: &Path) -> BuildResult<String> {
+/// One line of the table: `KernelImage { ... },`; with `ptx`, the code object is the PTX aot.py
+/// wrote beside the cubin (the driver compiles it at load time).
+fn entry(row: &Row, dir: &Path, ptx: bool) -> BuildResult<String> {
     let family = match row.get("family") {
         "fwd" => "Fwd",
         "merge" => "Merge",
@@ -212,7 +214,10 @@ fn entry(row: &Row, dir: &Path) -> BuildResult<String> {
         "bf16" => "Bf16",
         other => return Err(format!("manifest: unknown dtype `{other}`")),
     };
-    let image = dir.join(row.get("file"));
+    let mut image = dir.join(row.get("file"));
+    if ptx {
+        image.set_extension("ptx");
+    }
     if !image.is_file() {
         return Err(format!(
             "{} is listed in the manifest but missing; delete {} to recompile",
@@ -240,7 +245,7 @@ fn entry(row: &Row, dir: &Path) -> BuildResult<String> {
     ))
 }
 
-/// The register spills of one target's kernels (AMD; always 0 on sm_90).
+/// The register spills of one target's kernels (AMD; always 0 on NVIDIA targets).
 fn spills(rows: &[Row]) -> String {
     let spills: Vec<u64> = rows.iter().map(|r| r.get("vgpr_spills").parse().unwrap_or(0)).collect();
     let spilling = spills.iter().filter(|&&s| s > 0).count();

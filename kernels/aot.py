@@ -63,6 +63,17 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   the 5-stage one where programs are few and beat it where they are many (H200, GQA 32/8,
 #   d=128, f16, pages of 16, JIT: b=4 32k 140 us with 8 splits against 142 with 4; b=64 1k 77
 #   against 100; b=32 2k 73 against 82).
+# sm_80 and sm_86/sm_89 (mma.sync, no wgmma): no GPU of these was available, so their tiles
+# follow shared memory alone, each the most stages that still fit the block a GPU may opt into
+# (launch_contract.CUDA_SHARED: 163 KiB on sm_80, 99 KiB on sm_86/sm_89):
+# - prefill d <= 64: sm_90's 128x64, 4 warps, 3 stages; d = 128: 128x64, 8 warps, 3 stages
+#   (96 KiB: one block per SM either way, so a stage fewer would only prefetch less; the
+#   extras variant takes 112 KiB with 3, so it keeps 2 on sm_86/sm_89);
+#   d = 256: 64x64, 2 stages on sm_80 (104 KiB), 64x32 on sm_86/sm_89 (68 KiB).
+# - decode: sm_90's 16x128 tiles where they fit (136 KiB at d = 128 on sm_80); on sm_86/sm_89
+#   16x64 at d = 128 (70 KiB) and 16x32 at d = 256.
+# Their PTX, JIT-compiled by the driver, passes the GPU suite on an H200 (FLASH_ATTN_ROCM_CUDA_PTX
+# and FLASH_ATTN_ROCM_TRITON_TARGET; docs/testing.md); their speed on their own GPUs is unmeasured.
 TILES = {
     ("cdna", "prefill"): {32: (128, 64, 4, 1, 2), 64: (128, 64, 4, 1, 2), 128: (128, 64, 4, 1, 2), 256: (128, 32, 4, 1, 2)},
     ("cdna", "prefill_paged"): {32: (128, 64, 4, 1, 2), 64: (128, 64, 4, 1, 2), 128: (128, 32, 4, 1, 2), 256: (128, 32, 4, 1, 2)},
@@ -75,6 +86,12 @@ TILES = {
     ("rdna4", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (128, 16, 8, 1, 6)},
     ("rdna4", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (64, 16, 4, 1, 6)},
     ("rdna4", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 32, 1, 1, 6), 256: (16, 16, 1, 1, 6)},
+    ("sm80", "prefill"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (64, 64, 4, 2, 0)},
+    ("sm80", "prefill_x"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (64, 64, 4, 2, 0)},
+    ("sm80", "decode"): {32: (16, 128, 4, 3, 0), 64: (16, 128, 4, 3, 0), 128: (16, 128, 4, 3, 0), 256: (16, 64, 4, 2, 0)},
+    ("sm86", "prefill"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (64, 32, 4, 2, 0)},
+    ("sm86", "prefill_x"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 2, 0), 256: (64, 32, 4, 2, 0)},
+    ("sm86", "decode"): {32: (16, 128, 4, 3, 0), 64: (16, 128, 4, 3, 0), 128: (16, 64, 4, 3, 0), 256: (16, 32, 4, 2, 0)},
     ("sm90", "prefill"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (128, 64, 8, 2, 0)},
     ("sm90", "prefill_x"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (128, 64, 8, 2, 0)},
     ("sm90", "decode"): {32: (16, 128, 4, 3, 0), 64: (16, 128, 4, 3, 0), 128: (16, 128, 4, 3, 0), 256: (16, 64, 4, 2, 0)},
@@ -83,14 +100,20 @@ MERGE_BLOCK_R = 16
 MERGE_WARPS = 4
 
 
+# NVIDIA targets and their compute capability (launch_contract.CUDA_SHARED has their shared
+# memory). sm_86's cubins also run on sm_87 (same major, lower minor); sm_89 is Ada.
+CUDA_TARGETS = {"sm_80": 80, "sm_86": 86, "sm_89": 89, "sm_90": 90}
+
+
 def target_kind(target):
-    if target == "sm_90":
-        return "sm90"
+    if target in CUDA_TARGETS:
+        return "cuda"
     if target.startswith("gfx9"):
         return "cdna"
     if target.startswith("gfx11") or target.startswith("gfx12"):
         return "rdna"
-    raise SystemExit(f"aot.py: unknown target {target!r} (expected gfx9xx, gfx11xx, gfx12xx or sm_90)")
+    raise SystemExit(f"aot.py: unknown target {target!r} (expected gfx9xx, gfx11xx, gfx12xx or one of "
+                     f"{', '.join(CUDA_TARGETS)})")
 
 
 def tile_family(target):
@@ -99,6 +122,9 @@ def tile_family(target):
     kind = target_kind(target)
     if kind == "rdna":
         return "rdna4" if target.startswith("gfx12") else "rdna3"
+    if kind == "cuda":
+        # sm_86 and sm_89 share their 99 KiB of shared memory per block and their mma.
+        return {"sm_80": "sm80", "sm_86": "sm86", "sm_89": "sm86", "sm_90": "sm90"}[target]
     return kind
 
 
@@ -116,8 +142,8 @@ def gpu_target(target):
     from triton.backends.compiler import GPUTarget
 
     kind = target_kind(target)
-    if kind == "sm90":
-        return GPUTarget("cuda", 90, 32)
+    if kind == "cuda":
+        return GPUTarget("cuda", CUDA_TARGETS[target], 32)
     return GPUTarget("hip", target, 64 if kind == "cdna" else 32)
 
 
@@ -209,7 +235,7 @@ def compile_one(job):
     if any(scratch):
         raise RuntimeError(f"aot.py: {target}/{name} needs scratch memory {scratch}; the launcher passes none")
     threads = warps * target_obj.warp_size
-    if kind == "sm90":
+    if kind == "cuda":
         binary, ext, vspill, sspill = kernel.asm["cubin"], "cubin", 0, 0
         facts = ptx_kernel_facts(kernel.asm["ptx"], md.name)
     else:
@@ -219,7 +245,7 @@ def compile_one(job):
         sspill = sum(int(x) for x in re.findall(r"\.sgpr_spill_count:\s+(\d+)", text))
         facts = amdgpu_kernel_facts(text, md.name)
     problems = launch_problems(facts, threads, target_obj.warp_size, launch_args(sig, len(scratch)), md.shared,
-                               shared_limit(kind))
+                               shared_limit(target))
     if problems:
         raise RuntimeError(f"aot.py: {target}/{name}: the code object does not fit its launch "
                            f"(src/triton/launch.rs):\n  " + "\n  ".join(problems))
@@ -229,7 +255,7 @@ def compile_one(job):
     # Beside the code object, for scripts/kernel_report.py and for reading what the compiler
     # did (never embedded: the build reads only the manifest's file): the assembly and the
     # layouts and pipelining Triton chose.
-    for stage in ("ptx" if kind == "sm90" else "amdgcn", "ttgir"):
+    for stage in ("ptx" if kind == "cuda" else "amdgcn", "ttgir"):
         with open(os.path.join(out_dir, f"{target}/{name}.{stage}"), "w") as f:
             f.write(kernel.asm[stage])
     return [target, name, md.name, family, fields["tile"], fields["dtype"], fields["block_d"],

@@ -131,10 +131,15 @@ def ptx_kernel_facts(ptx, kernel):
             "private": 0, "dynamic_stack": False}
 
 
-def shared_limit(kind):
-    """Bytes of LDS / shared memory one work-group may use: 64 KiB on every gfx9, gfx11 and
-    gfx12 GPU; 227 KiB (opted into) on sm_90."""
-    return 227 * 1024 if kind == "sm90" else 64 * 1024
+# Shared memory one block may opt into on the NVIDIA targets (cudaDevAttrMaxSharedMemoryPerBlockOptin).
+CUDA_SHARED = {"sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024}
+
+
+def shared_limit(target):
+    """Bytes of LDS / shared memory one work-group of `target` may use: 64 KiB on every gfx9,
+    gfx11 and gfx12 GPU; on NVIDIA what a block may opt into: 163 KiB on sm_80, 99 KiB on sm_86
+    and sm_89, 227 KiB on sm_90."""
+    return CUDA_SHARED.get(target, 64 * 1024)
 
 
 def launch_problems(facts, threads, wave, args, shared, limit):

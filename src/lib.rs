@@ -17,8 +17,9 @@
 //!   `CustomOp3::rocm_fwd`, so the functions below take tensors on a Candle ROCm device. It needs
 //!   a `candle-core` patched with Candle's ROCm backend (PR #3801); without it, the [`rocm`] and
 //!   [`triton`] modules launch on raw device pointers.
-//! - **NVIDIA verification, feature `cuda-verify`.** The same Triton sources compiled for sm_90,
-//!   used to check the GPU kernels against the CPU backend (`triton::offload`).
+//! - **NVIDIA, feature `cuda-verify`.** The same Triton sources compiled for sm_80, sm_86, sm_89
+//!   and sm_90 (`FLASH_ATTN_ROCM_CUDA_ARCHS`), used to check the GPU kernels against the CPU
+//!   backend (`triton::offload`) and by `candle-cuda`.
 //! - **Candle tensors on a CUDA device, feature `candle-cuda`** (implies `cuda-verify`): the ops'
 //!   `CustomOp3::cuda_fwd` on released candle, our Triton kernels on Candle's CUDA device.
 //!   Building candle's `cuda` feature needs nvcc (docs/building.md).

@@ -36,13 +36,22 @@ unsafe impl Send for Function {}
 unsafe impl Sync for Function {}
 
 impl Driver {
-    /// Loads a code object (HSACO / cubin) into the current device or context
-    /// (`hipModuleLoadData` / `cuModuleLoadData`).
+    /// Loads a code object (HSACO / cubin, or PTX text the CUDA driver compiles) into the
+    /// current device or context (`hipModuleLoadData` / `cuModuleLoadData`).
     pub fn load_module(&self, image: &[u8]) -> GpuResult<Module> {
         let shared = self.backend.shared();
         let Call { name, function } = shared.load_module;
         let mut handle = std::ptr::null_mut();
-        // SAFETY: `image` is a whole code object in host memory, read during the call only.
+        // The driver reads PTX up to its NUL; an ELF image carries its own sizes.
+        let terminated;
+        let image = if image.starts_with(b"\x7fELF") || image.last() == Some(&0) {
+            image
+        } else {
+            terminated = [image, &[0]].concat();
+            &terminated[..]
+        };
+        // SAFETY: `image` is a whole code object (or NUL-terminated PTX) in host memory, read
+        // during the call only.
         self.backend.check(name, unsafe {
             function(&mut handle, image.as_ptr().cast())
         })?;

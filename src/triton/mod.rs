@@ -1,8 +1,8 @@
 //! Our own Triton flash-attention kernels (kernels/attention.py), compiled ahead of time by the
 //! build script for every requested GPU target and embedded in the library.
 //!
-//! Layers: [`registry`] lists the embedded code objects, [`mod@select`] picks the ones that serve a
-//! call, [`marshal`] computes the grid, the key splits ([`split`]) and the exact kernel
+//! Layers: [`registry`] lists the embedded code objects, [`targets`] says which target's serve a
+//! device, [`mod@select`] picks the ones that serve a call, [`marshal`] computes the grid, the key splits ([`split`]) and the exact kernel
 //! arguments ([`args`]) from a validated [`crate::params::AttnCall`]. These are pure Rust and
 //! tested in every build. With the `triton` feature (enabled by `rocm` and `cuda-verify`),
 //! `launch` loads the code objects once per device and queues them on the caller's stream
@@ -18,6 +18,7 @@ pub mod offload;
 pub mod registry;
 pub mod select;
 pub mod split;
+pub mod targets;
 
 pub use args::{ArgValue, FwdArgs, MergeArgs};
 #[cfg(feature = "triton")]

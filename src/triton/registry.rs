@@ -33,7 +33,7 @@ pub enum KernelDtype {
 /// One compiled kernel: its selection key, launch facts and the code object.
 #[derive(Debug, Clone, Copy)]
 pub struct KernelImage {
-    /// `gfx1100`, `gfx942`, ... or `sm_90`.
+    /// `gfx1100`, `gfx942`, ... or `sm_80`, `sm_86`, `sm_89`, `sm_90`.
     pub target: &'static str,
     /// The variant's file name, e.g. `fwd_prefill_fp16_d128_flat`.
     pub variant: &'static str,
@@ -66,8 +66,16 @@ pub struct KernelImage {
     /// Trailing pointer arguments Triton appends (global and profile scratch; passed as null).
     pub scratch_args: u32,
     /// The code object as loaded by the driver: an AMD HSA code object (ELF) for `gfx*`
-    /// targets, a cubin for `sm_90`.
+    /// targets; a cubin for `sm_*` targets, or their PTX text in builds with
+    /// `FLASH_ATTN_ROCM_CUDA_PTX=1`.
     pub image: &'static [u8],
+}
+
+impl KernelImage {
+    /// The image is PTX text (compiled by the driver at load time), not an ELF binary.
+    pub fn is_ptx(&self) -> bool {
+        !self.image.starts_with(b"\x7fELF")
+    }
 }
 
 /// The table the build script writes (`$OUT_DIR/triton_kernels.rs`), kept private so that the

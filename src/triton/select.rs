@@ -1,5 +1,6 @@
 //! Which embedded code objects serve a call on a given target.
 use super::registry::{Family, KernelDtype, KernelImage, Tile, KERNELS};
+use super::targets::{embedded, forced_target, resolve, ENV_TARGET};
 use crate::params::AttnCall;
 use candle::{DType, Result};
 
@@ -22,10 +23,20 @@ pub fn needs_extras(call: &AttnCall) -> bool {
     call.alibi.is_some() || call.softcap.is_some() || call.mm_prefix.is_some()
 }
 
-/// Picks the kernels for `call` on `target` among `images` (the embedded [`KERNELS`] in
-/// production): the smallest head-dim tile that holds the call's head dim, the decode tile for
-/// few query rows without extras, the paged variant for a block table.
-pub fn select(call: &AttnCall, target: &str, images: &'static [KernelImage]) -> Result<Kernels> {
+/// Picks the kernels for `call` on a device of arch `device` among `images` (the embedded
+/// [`KERNELS`] in production): those of the target that serves the device
+/// ([`super::targets::resolve`]), the smallest head-dim tile that holds the call's head dim, the
+/// decode tile for few query rows without extras, the paged variant for a block table.
+pub fn select(call: &AttnCall, device: &str, images: &'static [KernelImage]) -> Result<Kernels> {
+    let forced = forced_target();
+    let Some(target) = resolve(device, forced, &embedded(images)) else {
+        candle::bail!(
+            "flash-attn-rocm: no Triton kernels of this build run on {device}{}; built targets: [{}]. Rebuild with \
+             FLASH_ATTN_ROCM_ARCHS (AMD) or FLASH_ATTN_ROCM_CUDA_ARCHS (NVIDIA) including it",
+            forced.map(|f| format!(" as {ENV_TARGET}={f}")).unwrap_or_default(),
+            built_targets(images).join(", ")
+        )
+    };
     let dtype = match call.dtype {
         DType::F16 => KernelDtype::F16,
         DType::BF16 => KernelDtype::Bf16,
@@ -53,12 +64,11 @@ pub fn select(call: &AttnCall, target: &str, images: &'static [KernelImage]) -> 
     match (fwd, merge) {
         (Some(fwd), Some(merge)) => Ok(Kernels { fwd, merge }),
         _ => candle::bail!(
-            "flash-attn-rocm: no Triton kernel built for {target}, {dtype:?}, head dim {d}{}{}; built targets: [{}]. \
-             Rebuild with FLASH_ATTN_ROCM_ARCHS (AMD) including {target}, FLASH_ATTN_ROCM_TRITON_DIMS holding a \
-             tile >= {d}, FLASH_ATTN_ROCM_DTYPES and FLASH_ATTN_ROCM_TRITON_FILTER covering it",
+            "flash-attn-rocm: no Triton kernel built for {target}, {dtype:?}, head dim {d}{}{}. \
+             Rebuild with FLASH_ATTN_ROCM_TRITON_DIMS holding a tile >= {d}, FLASH_ATTN_ROCM_DTYPES and \
+             FLASH_ATTN_ROCM_TRITON_FILTER covering it",
             if paged { ", paged K/V" } else { "" },
             if extras { ", with ALiBi/softcap/mm_prefix_ranges" } else { "" },
-            built_targets(images).join(", ")
         ),
     }
 }

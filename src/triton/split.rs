@@ -27,13 +27,14 @@ pub const MIN_TILES_PER_SPLIT: usize = 4;
 /// Upper bound on splits (it also bounds the accumulators' size).
 pub const MAX_SPLITS: usize = 128;
 
-/// Shared memory (LDS) per compute unit of `target`: 228 KiB per SM on sm_90, 64 KiB per CU
-/// on the AMD targets.
+/// Shared memory (LDS) per compute unit of the GPUs `target`'s code runs on: per SM 164 KiB on
+/// sm_80, 100 KiB on sm_86/sm_89, 228 KiB on sm_90; 64 KiB per CU on the AMD targets.
 pub fn shared_per_unit(target: &str) -> usize {
-    if target.starts_with("sm_") {
-        228 * 1024
-    } else {
-        64 * 1024
+    match target {
+        "sm_80" => 164 * 1024,
+        "sm_86" | "sm_89" => 100 * 1024,
+        t if t.starts_with("sm_") => 228 * 1024,
+        _ => 64 * 1024,
     }
 }
 
@@ -111,6 +112,9 @@ mod tests {
         assert_eq!(decode_resident(74_240, "sm_90"), 2);
         assert_eq!(decode_resident(139_264, "sm_90"), 1);
         assert_eq!(decode_resident(300_000, "sm_90"), 1);
+        // sm_86/sm_89 (100 KiB per SM) hold one 70 KiB decode tile, sm_80 (164 KiB) two.
+        assert_eq!(decode_resident(71_680, "sm_86"), 1);
+        assert_eq!(decode_resident(71_680, "sm_80"), 2);
         // AMD (64 KiB LDS per CU): a 40 KiB program fits once.
         assert_eq!(decode_resident(40_960, "gfx942"), 1);
         assert_eq!(decode_resident(8_192, "gfx1100"), 2);

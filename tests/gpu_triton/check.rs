@@ -5,7 +5,8 @@
 
 use candle::{Device, Tensor};
 use flash_attn_rocm::gpu::Driver;
-use flash_attn_rocm::triton::{embedded_targets, offload::run_on_gpu};
+use flash_attn_rocm::triton::targets::{embedded, forced_target, resolve};
+use flash_attn_rocm::triton::{embedded_targets, offload::run_on_gpu, KERNELS};
 use rand::rngs::StdRng;
 
 use crate::common::expected::Expected;
@@ -44,7 +45,12 @@ pub fn driver() -> std::result::Result<&'static Driver, String> {
 pub fn gpu_and_rng(test: &str) -> Option<(Device, StdRng)> {
     let d = driver().unwrap_or_else(|why| panic!("{test}: no GPU, yet the runner ran the test: {why}"));
     let arch = d.arch_name(0).unwrap();
-    eprintln!("{test}: {:?} device 0 ({arch}); kernels embedded for {:?}", d.api(), embedded_targets());
+    let served_by = resolve(&arch, forced_target(), &embedded(KERNELS));
+    eprintln!(
+        "{test}: {:?} device 0 ({arch}); kernels embedded for {:?}; running {served_by:?}'s",
+        d.api(),
+        embedded_targets()
+    );
     Some((Device::Cpu, rng(test)))
 }
 

@@ -7,7 +7,7 @@
 //! With `candle-cuda`, every check also runs on Candle CUDA tensors (check.rs).
 //!
 //! The GPU: with `cuda-verify`, device 0 of the CUDA driver (the NVIDIA check of the same kernel
-//! sources, compiled to sm_90); with `rocm` alone, device 0 of HIP. Without a GPU every test is
+//! sources, compiled to the NVIDIA targets); with `rocm` alone, device 0 of HIP. Without a GPU every test is
 //! reported ignored, with the reason (runner.rs: `harness = false`, built with the `triton`
 //! feature only).
 

@@ -179,7 +179,7 @@ class ContractTest(unittest.TestCase):
         self.assertEqual(self.problems(shared=LIMIT - 16), [])
         self.assert_one_problem(self.problems(shared=LIMIT - 15), "16 bytes of static", f"{LIMIT - 15} of dynamic",
                                 f"than the {LIMIT}")
-        self.assert_one_problem(self.problems(PTX, launch_contract.ptx_kernel_facts, shared=228 * 1024, limit=launch_contract.shared_limit("sm90")),
+        self.assert_one_problem(self.problems(PTX, launch_contract.ptx_kernel_facts, shared=228 * 1024, limit=launch_contract.shared_limit("sm_90")),
                                 f"than the {227 * 1024}")
         self.assertEqual(launch_contract.shared_limit("rdna"), LIMIT)
         self.assertEqual(launch_contract.shared_limit("cdna"), LIMIT)

@@ -24,15 +24,18 @@
 #     the no-CK API; step 3 compiles every kernel for these archs.
 #  3. Triton AOT check: the test of aot.py's launch-contract check (tests/python/
 #     test_aot_metadata.py, in the triton venv: it compiles one small kernel for gfx1100), then
-#     kernels/aot.py for gfx90a, gfx942, gfx1100 and gfx1201 with every tile
-#     and dtype, then scripts/check_triton_objects.py on the code objects (every kernel present
-#     and built for its target, WMMA on gfx11/gfx12, MFMA on gfx9; spills reported), then the
+#     kernels/aot.py for gfx90a, gfx942, gfx1030, gfx1100 and gfx1201 with every tile
+#     and dtype (gfx1030, RDNA 2, adds about 3 minutes at --jobs 2 on 2 busy cores), then
+#     scripts/check_triton_objects.py on the code objects (every kernel present and built for
+#     its target, WMMA on gfx11/gfx12, MFMA on gfx9, v_dot2 / v_fma and no matrix instructions
+#     on gfx1030; spills reported), then the
 #     static kernel report (tested first by tests/python/test_kernel_report.py, in the venv: it
 #     compiles the same small kernel through aot.py), scripts/kernel_report.py:
 #     registers, spills, occupancy, warp layouts, issued/useful matrix work and instructions per
 #     4096 useful MACs of every code object, a table in kernel_report.md beside them and a
 #     summary per target; with KERNEL_REPORT_CHECK=1, the default, it fails on any attn_fwd that
-#     issues more matrix work than it uses or spills in its key loop at head dim <= 128). Cached
+#     issues more matrix work than it uses (gfx1030: repeats its dot/FMA products) or spills in
+#     its key loop at head dim <= 128). Cached
 #     under the chroot's ~/.cache by a hash of kernels/*.py: an unchanged rerun compiles nothing.
 set -euo pipefail
 
@@ -46,7 +49,7 @@ TILE_FILTER='fmha_fwd_d*_fp16_batch_*_psskddv_nlogits_nbias_nmask_lse_*'
 TILE_FILTER+=',fmha_fwd_d*_fp16_group_*_psskddv_nlogits_nbias_nmask_lse_*'
 TILE_FILTER+=',fmha_fwd_splitkv_d*_fp16_group_*_psskddv_nlogits_nbias_nmask_*_pagedkv'
 RDNA_ARCHS=gfx1100,gfx1201
-AOT_TARGETS=gfx90a,gfx942,gfx1100,gfx1201
+AOT_TARGETS=gfx90a,gfx942,gfx1030,gfx1100,gfx1201
 # 1: step 3's kernel report fails the run on repeated matrix work or key-loop spills (--check);
 # 0: it only reports.
 KERNEL_REPORT_CHECK="${KERNEL_REPORT_CHECK:-1}"

@@ -8,11 +8,16 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// AMD archs the Triton kernels are built for (each checked to compile with triton 3.6's AMD
-/// backend): CDNA (wave64, MFMA) and RDNA 3 / 3.5 / 4 (wave32, WMMA).
+/// backend): CDNA (wave64, MFMA), RDNA 2 (wave32, no matrix cores: tl.dot lowers to v_dot2 /
+/// v_fma) and RDNA 3 / 3.5 / 4 (wave32, WMMA). Each arch gets code objects of its own: the HSA
+/// loader runs a code object only on the arch its ELF header names, even where LLVM emits the
+/// same instructions (gfx1030-gfx1036), and triton 3.6 does not take the `gfx10-3-generic`
+/// target. (A gfx1031/gfx1032 run with HSA_OVERRIDE_GFX_VERSION=10.3.0 reports gfx1030 and
+/// uses gfx1030's.)
 #[cfg(feature = "rocm")]
-const TRITON_ARCHS: [&str; 12] = [
-    "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152",
-    "gfx1200", "gfx1201",
+const TRITON_ARCHS: [&str; 19] = [
+    "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036",
+    "gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1200", "gfx1201",
 ];
 /// CK's fmha forward pipelines here use MFMA; this CK version miscompiles gfx11/gfx12 (WMMA).
 #[cfg(feature = "rocm")]

@@ -52,6 +52,26 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 # - Decode: one wave of 16 rows (the GQA group of one or a few tokens), so no wave repeats
 #   another's products; on gfx1100 at d >= 128 only 16-key tiles stay out of the key loop's
 #   scratch. More programs per CU make up for the small ones (src/triton/split.rs counts waves).
+# - RDNA 2 (gfx103x, family "rdna2"; bf16 has rows of its own, "rdna2_bf16"): no matrix cores.
+#   tl.dot keeps a blocked layout (4x4 values per thread from 16 per thread up, 2x2 from 4, else
+#   1x1) and lowers to v_dot2c_f32_f16 (64 MACs per wave32 instruction: the floor is 64
+#   instructions per 4096 MACs) for f16, to bf16->f32 shifts and v_fmac_f32 (floor 128) for bf16.
+#   Q sits in registers in that layout for the whole key loop: rows per thread x d/2 VGPRs (f16;
+#   bf16 converted to f32 takes twice that), so at d = 128 only one row per thread (1x1: the
+#   16x16 tile over 8 waves) keeps the key loop free of scratch within the 160 VGPRs of
+#   waves_per_eu 6, the occupancy of AMD's own kernel (128x32, 8 warps, waves_per_eu 6 on the
+#   RDNA archs but gfx1100/gfx1151; on gfx1030 it has key-loop scratch at every d). f16 prefill,
+#   instructions per 4096 MACs ours / AMD's, key-loop scratch stores/loads ours / AMD's, 6 waves
+#   both: d=64 119.0 / 115.9 (64x16, 2 stages; 0/0 against 32/167), d=128 140.0 / 117.4 (16x16,
+#   2 stages; 0/0 against 194/457), d=256 150.5 / 133.0 (16x16: 0/53 against 850/1373; 64x16
+#   gives 118.4 with 16/247). d=32 64x16 (149.0; 64x32's 144.2 reloads in the masked loops).
+#   _x d=64 32x16 (196.5; 64x16 reloads in the key loop). Bigger per-thread tiles issue fewer
+#   instructions per MAC but spill: 128x32 gives 119.7 at d=128 with 223/497 in the key loop.
+# - RDNA 2 bf16: no tile keeps Q's f32 copy in 160 VGPRs at d >= 128, so d=128 (and 256) takes
+#   waves_per_eu 4 (256 VGPRs): 16x16 232.5 without key-loop scratch, against 300.0 with 0/67
+#   at 6 waves; d=64 16x16 (277.0), d=32 32x16 (303.0), the ones without key-loop scratch at 6.
+# - RDNA 2 decode: the 16x16 tile of 8 waves (a one-wave 16-row tile holds 2x2 values per
+#   thread, two Q rows: 0/218 scratch in the key loop at d=128).
 # sm_90 keeps the tiles measured fastest on the H100/H200 (its mma needs no such rule).
 # - d=256 prefill: 128x64 with 8 warps and 2 stages (192 KiB of shared memory, which sm_90's 227
 #   allow) doubles 64x64's throughput: H200, b*s = 16384, 8 heads, 455-501 TFLOP/s against
@@ -86,6 +106,12 @@ TILES = {
     ("rdna4", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (128, 16, 8, 1, 6)},
     ("rdna4", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (64, 16, 4, 1, 6)},
     ("rdna4", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 32, 1, 1, 6), 256: (16, 16, 1, 1, 6)},
+    ("rdna2", "prefill"): {32: (64, 16, 8, 2, 6), 64: (64, 16, 8, 2, 6), 128: (16, 16, 8, 2, 6), 256: (16, 16, 8, 1, 6)},
+    ("rdna2", "prefill_x"): {32: (64, 16, 8, 2, 6), 64: (32, 16, 8, 2, 6), 128: (16, 16, 8, 2, 6), 256: (16, 16, 8, 1, 6)},
+    ("rdna2", "decode"): {32: (16, 16, 8, 2, 6), 64: (16, 16, 8, 2, 6), 128: (16, 16, 8, 2, 6), 256: (16, 16, 8, 1, 6)},
+    ("rdna2_bf16", "prefill"): {32: (32, 16, 8, 1, 6), 64: (16, 16, 8, 1, 6), 128: (16, 16, 8, 1, 4), 256: (16, 16, 8, 1, 4)},
+    ("rdna2_bf16", "prefill_x"): {32: (32, 16, 8, 1, 6), 64: (16, 16, 8, 1, 6), 128: (16, 16, 8, 1, 4), 256: (16, 16, 8, 1, 4)},
+    ("rdna2_bf16", "decode"): {32: (16, 16, 8, 1, 6), 64: (16, 16, 8, 1, 6), 128: (16, 16, 8, 1, 4), 256: (16, 16, 8, 1, 4)},
     ("sm80", "prefill"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (64, 64, 4, 2, 0)},
     ("sm80", "prefill_x"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (64, 64, 4, 2, 0)},
     ("sm80", "decode"): {32: (16, 128, 4, 3, 0), 64: (16, 128, 4, 3, 0), 128: (16, 128, 4, 3, 0), 256: (16, 64, 4, 2, 0)},
@@ -110,17 +136,20 @@ def target_kind(target):
         return "cuda"
     if target.startswith("gfx9"):
         return "cdna"
-    if target.startswith("gfx11") or target.startswith("gfx12"):
+    if target.startswith("gfx103") or target.startswith("gfx11") or target.startswith("gfx12"):
         return "rdna"
-    raise SystemExit(f"aot.py: unknown target {target!r} (expected gfx9xx, gfx11xx, gfx12xx or one of "
-                     f"{', '.join(CUDA_TARGETS)})")
+    raise SystemExit(f"aot.py: unknown target {target!r} (expected gfx9xx, gfx103x, gfx11xx, gfx12xx or one "
+                     f"of {', '.join(CUDA_TARGETS)})")
 
 
 def tile_family(target):
-    """The TILES family of a target: RDNA 3/3.5 (gfx11) and RDNA 4 (gfx12) differ in how many
-    instructions and registers a tile costs, so each has its own tiles."""
+    """The TILES family of a target: RDNA 2 (gfx103x: no matrix cores, tl.dot lowers to v_dot2 /
+    v_fma), RDNA 3/3.5 (gfx11) and RDNA 4 (gfx12) differ in how many instructions and registers
+    a tile costs, so each has its own tiles."""
     kind = target_kind(target)
     if kind == "rdna":
+        if target.startswith("gfx103"):
+            return "rdna2"
         return "rdna4" if target.startswith("gfx12") else "rdna3"
     if kind == "cuda":
         # sm_86 and sm_89 share their 99 KiB of shared memory per block and their mma.
@@ -131,6 +160,8 @@ def tile_family(target):
 def kernel_tile(target, fields):
     """(BLOCK_M, BLOCK_N, num_warps, num_stages, waves_per_eu) of an attn_fwd variant."""
     family, kernel_class = tile_family(target), fields["tile"]
+    if (f"{family}_{fields['dtype']}", kernel_class) in TILES:
+        family = f"{family}_{fields['dtype']}"  # the dtype's own tiles (RDNA 2 bf16)
     if kernel_class == "prefill" and fields["extras"]:
         kernel_class = "prefill_x"
     elif kernel_class == "prefill" and fields["paged"] and (family, "prefill_paged") in TILES:

@@ -14,7 +14,10 @@ variants must be there. For every AMD target:
   - its .hsaco is an AMDGPU ELF whose metadata names that target, and it defines the kernel
     symbol (and kernel descriptor) the manifest names, the one the runtime loads;
   - every attention (`fwd`) kernel uses the matrix unit: v_wmma on gfx11/gfx12, v_mfma on gfx9
-    (without them a kernel still runs, at a fraction of the speed);
+    (without them a kernel still runs, at a fraction of the speed); on RDNA 2 (gfx103x), which
+    has none, its dot instructions instead: v_dot2 for fp16 (the packed f16 dot, twice the
+    rate of converting to f32 and v_fma), v_fma/v_fmac_f32 for bf16 (gfx103x has no bf16 dot),
+    and no v_wmma or v_mfma;
   - the manifest's VGPR spill count matches the code object's metadata.
 sm_90 rows (cuda-verify builds) are only checked to exist as ELF files: there are no NVIDIA
 tools here. Prints, per target, the kernel count and the VGPR spills (total and worst kernel);
@@ -37,10 +40,28 @@ import aot  # noqa: E402  (imports no triton at module level: the check runs wit
 EM_AMDGPU = 224
 
 
-def matrix_instruction(target):
-    """The matrix-multiply mnemonic prefix an attention kernel for `target` must contain."""
+def expected_instructions(target, dtype):
+    """(mnemonic prefixes of which an attention kernel for `target` and `dtype` must contain at
+    least one, prefixes it must not contain): the matrix instructions, or on RDNA 2 (no matrix
+    cores) the dot/FMA ones tl.dot lowers to."""
+    if aot.tile_family(target) == "rdna2":
+        return (("v_dot2",) if dtype == "fp16" else ("v_fmac_f32", "v_fma_f32")), ("v_wmma", "v_mfma")
     kind = aot.target_kind(target)
-    return {"cdna": "v_mfma", "rdna": "v_wmma"}.get(kind)
+    return {"cdna": (("v_mfma",), ()), "rdna": (("v_wmma",), ())}.get(kind, ((), ()))
+
+
+def instruction_problems(asm, target, dtype):
+    """What an attention kernel's disassembly `asm` lacks or has against expected_instructions."""
+    need, spurious = expected_instructions(target, dtype)
+    mnemonics = set(re.findall(r"^\s+(?:[0-9a-f]+:\s+)?(v_\w+)", asm, re.M)) if asm else set()
+    problems = []
+    if need and not any(m.startswith(n) for m in mnemonics for n in need):
+        problems.append(f"no {' or '.join(need)} instruction: the attention kernel does not use "
+                        f"{'its dot instructions' if spurious else 'the matrix unit'}")
+    for prefix in spurious:
+        if any(m.startswith(prefix) for m in mnemonics):
+            problems.append(f"{prefix} instructions, which {target} does not have")
+    return problems
 
 
 def expected_variants(block_dims, dtypes, globs):
@@ -101,14 +122,13 @@ def check_amd_object(tools, row, path):
     spills = sum(int(n) for n in re.findall(r"\.vgpr_spill_count:\s+(\d+)", info))
     if spills != int(row["vgpr_spills"]):
         problems.append(f"{where}: {spills} VGPR spills in the metadata, {row['vgpr_spills']} in the manifest")
-    mnemonic = matrix_instruction(target)
-    if row["family"] == "fwd" and mnemonic:
+    need, spurious = expected_instructions(target, row["dtype"])
+    if row["family"] == "fwd" and (need or spurious):
         try:
             asm = Tools.run([tools.objdump, "-d", f"--mcpu={target}", path])
         except RuntimeError as e:
             return problems + [f"{where}: {e}"]
-        if mnemonic not in asm:
-            problems.append(f"{where}: no {mnemonic} instruction: the attention kernel does not use the matrix unit")
+        problems += [f"{where}: {p}" for p in instruction_problems(asm, target, row["dtype"])]
     return problems
 
 
@@ -166,7 +186,8 @@ def check_target(tools, pool, directory, target, rows, expected):
     worst = max(spills, key=spills.get, default=None)
     spilling = sum(s > 0 for s in spills.values())
     line = (f"{target}: {len(rows)} kernels ({fwd} fwd, {len(rows) - fwd} merge), "
-            f"{matrix_instruction(target)} checked in the fwd ones; VGPR spills {sum(spills.values())} in total, "
+            f"{'/'.join(sorted({n for d in aot.DTYPES for n in expected_instructions(target, d)[0]}))} "
+            f"checked in the fwd ones; VGPR spills {sum(spills.values())} in total, "
             f"{spilling} kernels spill")
     if worst is not None and spills[worst] > 0:
         line += f", worst {worst} ({spills[worst]})"
@@ -211,7 +232,8 @@ def main():
     if problems:
         print(f"check: FAILED, {len(problems)} problems:", *problems, sep="\n  ")
         sys.exit(1)
-    print("check: every kernel present, built for its target, symbols defined, matrix instructions used: OK")
+    print("check: every kernel present, built for its target, symbols defined, matrix (RDNA 2: dot) instructions "
+          "used: OK")
 
 
 if __name__ == "__main__":

@@ -33,12 +33,19 @@ Columns and definitions:
               `v_smfmac*`); among equals the one with the fewest instructions, which for attn_fwd
               is the unmasked `_attend` loop (the masked ones add the mask). A loop's instructions
               are those of its blocks and nested loops, counted once (static, per wave).
-  matrix      the hot loop's matrix instructions by mnemonic, and their MACs per wave.
+              On a target without matrix cores (RDNA 2, gfx103x: Triton lowers tl.dot to
+              `v_dot2*` for f16 and `v_fma*`/`v_fmac*` for bf16), the loop with the most dot/FMA
+              MACs (fma_macs) instead.
+  matrix      the hot loop's matrix instructions by mnemonic, and their MACs per wave (without
+              matrix cores: its dot/FMA instructions).
   dots        per distinct `tt.dot` of the TTGIR: MxNxK and the warpsPerCTA of its result's
               #ttg.amd_wmma / #ttg.amd_mfma encoding.
   issued/useful  (MACs of the hot loop's matrix instructions x waves per work-group) /
               (2 x BLOCK_M x BLOCK_N x BLOCK_D): the matrix work all waves issue per key tile over
-              what one key tile needs (Q.K^T and P.V). 1.00 = no repeated work.
+              what one key tile needs (Q.K^T and P.V). 1.00 = no repeated work. Without matrix
+              cores "n/a (no matrix cores; FMA x.xx)": x.xx is the same ratio for the hot loop's
+              dot/FMA MACs, which also count the softmax's own v_fma (about 1/(2 x BLOCK_D) more
+              for bf16; f16's dots are v_dot2, the softmax's are not).
   instr/4096  (hot-loop instructions per wave x waves per work-group) / (2 x BLOCK_M x BLOCK_N x
               BLOCK_D / 4096): instructions the work-group issues per 4096 useful MACs (one
               16x16x16 WMMA's worth). Checked against issue 23's figures: gfx1100 d=128 prefill
@@ -49,10 +56,14 @@ Columns and definitions:
   gfx940 names gives the blocks; the gfx908/gfx90a names (v_mfma_f32_32x32x4f16: 2 blocks,
   16x16x4f16: 4, 4x4x4f16: 16) are told apart by K against the single-block K of the type
   (so v_mfma_f32_32x32x8f16 = 8192 MACs, v_mfma_f32_16x16x16f16 = 4096).
+  Dot/FMA MACs per instruction (per wave), targets without matrix cores: v_dot2*_f32_{f16,bf16}
+  2 x wave size, v_fma_f32 / v_fmac_f32 / v_fma_mix_f32 1 x wave size, v_pk_fma_f32 2 x wave size.
+  The floor is then 64 instructions per 4096 MACs for f16 (v_dot2c, wave32), 128 for bf16.
 
 --check (for CI): exits 1 listing every `fwd` kernel of ours (not the reference rows) whose
-issued/useful is above 1.00, or whose head-dim tile is <= 128 and whose hot loop has scratch
-stores or loads.
+issued/useful is above 1.00 (without matrix cores: whose dot/FMA issued/useful is above
+FMA_REPEAT_LIMIT, well above the softmax's own FMAs and below the 2.00 of any repeated
+product), or whose head-dim tile is <= 128 and whose hot loop has scratch stores or loads.
 
 --reference FILE compiles AMD's own Triton flash-attention forward (`attn_fwd` of aiter's
 flash_attn_triton_amd/fwd_prefill.py, a fetched copy, never part of this repo; its sibling
@@ -100,6 +111,8 @@ def arch_facts(target):
       gfx1201 confirms it), else 1024 in granules of 16 (gfx1102, gfx1103, gfx115x, gfx103x);
       at most 16 waves per SIMD (20 on gfx101x). SGPRs do not limit occupancy. LDS: 128 KiB per
       WGP in WGP mode (Triton's default), 4 SIMDs per WGP, at most 32 work-groups per WGP.
+    - "matrix": whether the target has matrix cores (MFMA from gfx908, WMMA from gfx11); gfx10
+      (RDNA 1/2) has none.
     waves(VGPRs) = min(max waves, total // roundup(VGPRs, granule)) (at least 1).
     waves(LDS) = min(max waves, work-groups that fit x waves per work-group // SIMDs), LDS per
     work-group rounded up to 512 bytes (LDS_SIZE's 128-dword blocks)."""
@@ -111,14 +124,14 @@ def arch_facts(target):
         unified = target in ("gfx90a", "gfx940", "gfx941", "gfx942", "gfx950")
         return {"wave": 64, "vgprs": 512 if unified else 256, "granule": 8 if unified else 4,
                 "separate_agprs": target == "gfx908",
-                "max_waves": 8 if unified else 10, "sgpr_limit": True,
+                "max_waves": 8 if unified else 10, "sgpr_limit": True, "matrix": target in ("gfx908", "gfx90a", "gfx940", "gfx941", "gfx942", "gfx950"),
                 "lds": (160 if target == "gfx950" else 64) * 1024, "simds": 4, "max_groups": 16}
     if major in (10, 11, 12):
         big = target in ("gfx1100", "gfx1101", "gfx1151", "gfx1200", "gfx1201")
         gfx101 = major == 10 and minor in "01"
         return {"wave": 32, "vgprs": 1536 if big else 1024,
                 "granule": 24 if big else (8 if gfx101 else 16), "separate_agprs": False,
-                "max_waves": 20 if gfx101 else 16, "sgpr_limit": False,
+                "max_waves": 20 if gfx101 else 16, "sgpr_limit": False, "matrix": major >= 11,
                 "lds": 128 * 1024, "simds": 4, "max_groups": 32}
     return None
 
@@ -260,35 +273,87 @@ def matrix_macs(mnemonic):
     return macs * (full // k if full and k < full else 1)
 
 
-def is_scratch_access(insn):
+# Dot/FMA instructions of Triton's FMA lowering of tl.dot (targets without matrix cores) and
+# the MACs per lane of each.
+FMA_LANE_MACS = {"dot2": 2, "pk_fma": 2, "fma": 1}
+# --check's limit on dot/FMA issued/useful: repeated products make it 2.00 or more; the softmax's
+# own v_fma (and the _x variants' ALiBi/softcap ones) stay below (1.22 at most, bf16 d=32 _x).
+FMA_REPEAT_LIMIT = 1.5
+
+
+def fma_macs(mnemonic, wave):
+    """MACs one wave's dot/FMA instruction performs (f32 accumulation), or None for anything
+    else: v_dot2{,c}_f32_{f16,bf16} 2 per lane, v_pk_fma_f32 2, v_fma{,c}_f32 and
+    v_fma_mix_f32 1."""
+    found = re.match(r"v_(dot2c?|pk_fma|fmac?|fma_mix)_f32(?:_(?:f16|bf16))?(?:_e32|_e64|_dpp|_sdwa)*$", mnemonic)
+    if not found:
+        return None
+    kind = found.group(1)
+    if kind.startswith("dot2"):
+        if not re.search(r"_f32_b?f16", mnemonic):
+            return None
+        return 2 * wave
+    if kind == "pk_fma":
+        return 2 * wave
+    if re.search(r"_f32_b?f16", mnemonic):  # no such FMA
+        return None
+    return wave
+
+
+def buffer_resource(insn):
+    """The resource descriptor operand (an SGPR quad) of a `buffer_*` load or store, or None."""
+    if not (insn.mnemonic.startswith("buffer_") and ("load" in insn.mnemonic or "store" in insn.mnemonic)):
+        return None
+    fields = [f.strip() for f in insn.operands.split(",")]
+    return fields[2] if len(fields) > 2 else None
+
+
+def scratch_resources(blocks):
+    """The resource descriptors through which the kernel reaches its private segment: those of
+    the `buffer_*` stores and loads LLVM comments as a Spill or Reload."""
+    return {buffer_resource(i) for b in blocks for i in b.insns
+            if buffer_resource(i) and ("Spill" in i.comment or "Reload" in i.comment)}
+
+
+def is_scratch_access(insn, resources=()):
     """A store to or load from the private segment: any `scratch_*` instruction (a spill, a
-    reload or a stack object; gfx940+ and gfx10+ address scratch that way), or a `buffer_*` one
-    that LLVM marks as a spill or reload (gfx90a and older spill through buffer instructions;
-    Triton's own buffer loads and stores, with a resource of their own, are not scratch)."""
+    reload or a stack object; gfx940+ and gfx11+ address scratch that way), or a `buffer_*` one
+    that LLVM marks as a spill or reload or that uses the same resource descriptor as those
+    (`resources`: scratch_resources; gfx90a and older and gfx10 spill through buffer
+    instructions, and LLVM comments only some of the reloads; Triton's own buffer loads and
+    stores, with a resource of their own, are not scratch)."""
     if insn.mnemonic.startswith("scratch_"):
         return True
-    if insn.mnemonic.startswith("buffer_") and ("load" in insn.mnemonic or "store" in insn.mnemonic):
-        return "Spill" in insn.comment or "Reload" in insn.comment
+    resource = buffer_resource(insn)
+    if resource:
+        return "Spill" in insn.comment or "Reload" in insn.comment or resource in resources
     return False
 
 
-def loop_stats(blocks, indices):
+def loop_stats(blocks, indices, fma_wave=None, resources=()):
+    """A loop's instruction count, matrix instructions and their MACs, scratch stores and loads.
+    With `fma_wave` (the wave size of a target without matrix cores) its dot/FMA instructions
+    count as its matrix instructions."""
     insns = [insn for i in sorted(set(indices)) for insn in blocks[i].insns]
-    matrix = collections.Counter(i.mnemonic for i in insns if matrix_macs(i.mnemonic))
-    scratch = [i for i in insns if is_scratch_access(i)]
+    macs_of = (lambda m: fma_macs(m, fma_wave)) if fma_wave else matrix_macs
+    matrix = collections.Counter(i.mnemonic for i in insns if macs_of(i.mnemonic))
+    scratch = [i for i in insns if is_scratch_access(i, resources)]
     return {"insns": len(insns), "matrix": dict(matrix),
-            "macs": sum(matrix_macs(m) * count for m, count in matrix.items()),
+            "macs": sum(macs_of(m) * count for m, count in matrix.items()),
             "stores": sum("store" in i.mnemonic for i in scratch), "loads": sum("load" in i.mnemonic for i in scratch)}
 
 
-def hot_loop(blocks):
+def hot_loop(blocks, fma_wave=None):
     """(header, stats, other key loops' stats) of the loop with the most matrix instructions
-    (fewest instructions among equals); (None, None, []) when no loop has any."""
-    stats = {h: loop_stats(blocks, idx) for h, idx in find_loops(blocks).items()}
+    (fewest instructions among equals); (None, None, []) when no loop has any. With `fma_wave`
+    (a target without matrix cores), the loop with the most dot/FMA MACs."""
+    resources = scratch_resources(blocks)
+    stats = {h: loop_stats(blocks, idx, fma_wave, resources) for h, idx in find_loops(blocks).items()}
     keyed = {h: s for h, s in stats.items() if s["matrix"]}
     if not keyed:
         return None, None, []
-    best = min(keyed, key=lambda h: (-sum(keyed[h]["matrix"].values()), keyed[h]["insns"], h))
+    weight = (lambda h: keyed[h]["macs"]) if fma_wave else (lambda h: sum(keyed[h]["matrix"].values()))
+    best = min(keyed, key=lambda h: (-weight(h), keyed[h]["insns"], h))
     # Other key loops: the matrix loops that neither contain the hot loop nor lie inside it.
     hot_blocks = set(find_loops(blocks)[best])
     loops = find_loops(blocks)
@@ -386,17 +451,17 @@ def analyze(source, target, kernel, family, block_m, block_n, block_d, threads, 
         "waves_regs": waves_from_registers(arch, vgprs, agprs, sgprs) if arch else None,
         "waves_lds": waves_from_lds(arch, lds, waves) if arch else None,
         "dots": dot_layouts(ttgir) if ttgir is not None else None,
+        "matrix_cores": bool(arch is None or arch["matrix"]),
     }
     blocks = parse_blocks(asm, kernel)
-    header, hot, others = hot_loop(blocks)
+    header, hot, others = hot_loop(blocks, None if row["matrix_cores"] else wave)
     row.update(hot_header=header, hot=hot,
                other_stores=sum(o["stores"] for o in others), other_loads=sum(o["loads"] for o in others))
+    row["issued_useful"] = row["fma_issued_useful"] = row["insns_per_4096"] = None
     if hot and family == "fwd":
         useful = 2 * block_m * block_n * block_d
-        row["issued_useful"] = hot["macs"] * waves / useful
+        row["issued_useful" if row["matrix_cores"] else "fma_issued_useful"] = hot["macs"] * waves / useful
         row["insns_per_4096"] = hot["insns"] * waves / (useful / 4096)
-    else:
-        row["issued_useful"] = row["insns_per_4096"] = None
     return row
 
 
@@ -456,6 +521,7 @@ def our_rows(directory, targets):
 REFERENCE_CONFIGS = {
     "gfx1100": (128, 64, 8, 6, (64, 128, 256)),
     "gfx1201": (128, 32, 8, 6, (64, 128, 256)),
+    "gfx1030": (128, 32, 8, 6, (64, 128, 256)),  # AMD's RDNA default (BLOCK_N 64 is gfx1100's only)
     "gfx942": (128, 64, 4, 2, (64, 128)),
 }
 # The batch-mode problem whose launch is reproduced: the kernel takes the sequence lengths and
@@ -611,6 +677,14 @@ def fmt(value, digits=2):
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def fmt_issued(row):
+    """The issued/useful cell: the matrix work, or on a target without matrix cores the dot/FMA
+    work beside "n/a"."""
+    if not row.get("matrix_cores", True) and row.get("fma_issued_useful") is not None:
+        return f"n/a (no matrix cores; FMA {row['fma_issued_useful']:.2f})"
+    return fmt(row["issued_useful"])
+
+
 COLUMNS = ["target", "kernel", "variant", "tile", "d", "VGPR", "SGPR", "spills", "loop st/ld (other)", "scratch",
            "LDS", "waves/SIMD regs / LDS (LLVM)", "hot loop: matrix", "hot loop: instr", "dots", "issued/useful",
            "instr/4096 MACs"]
@@ -635,7 +709,7 @@ def table_cells(row):
             f"{row['waves_regs'] if row['waves_regs'] is not None else '?'} / "
             f"{row['waves_lds'] if row['waves_lds'] is not None else '?'} ({row['llvm_occupancy'] or '?'})",
             matrix, str(hot["insns"]) if hot else "-", format_dots(row["dots"]) if row["dots"] is not None else "?",
-            fmt(row["issued_useful"]), fmt(row["insns_per_4096"], 1)]
+            fmt_issued(row), fmt(row["insns_per_4096"], 1)]
 
 
 def sort_key(row):
@@ -661,9 +735,9 @@ def comparison(rows):
         a, c = amd.get((target, d, False)), amd.get((target, d, True))
         if not a:
             continue
-        lines.append(f"| {target}, {d} ({dtype}) | {r['block_m']}x{r['block_n']}, {r['warps']} | {fmt(r['issued_useful'])} | "
+        lines.append(f"| {target}, {d} ({dtype}) | {r['block_m']}x{r['block_n']}, {r['warps']} | {fmt_issued(r)} | "
                      f"{fmt(r['insns_per_4096'], 1)} | {r['waves_regs']}/{r['waves_lds']} | "
-                     f"{a['block_m']}x{a['block_n']}, {a['warps']} | {fmt(a['issued_useful'])} | "
+                     f"{a['block_m']}x{a['block_n']}, {a['warps']} | {fmt_issued(a)} | "
                      f"{fmt(a['insns_per_4096'], 1)} / {fmt(c['insns_per_4096'], 1) if c else '-'} | "
                      f"{a['waves_regs']}/{a['waves_lds']} |")
     return lines
@@ -695,12 +769,17 @@ def summaries(rows):
         fwd = [r for r in group if r["family"] == "fwd"]
         rated = [r for r in fwd if r["issued_useful"] is not None]
         worst = max(rated, key=lambda r: r["issued_useful"], default=None)
+        fma_rated = [r for r in fwd if r.get("fma_issued_useful") is not None]
+        fma_worst = max(fma_rated, key=lambda r: r["fma_issued_useful"], default=None)
         spilling = [r["variant"] for r in fwd if loop_spills(r)]
         waves = [min(r["waves_regs"], r["waves_lds"]) for r in fwd if r["waves_regs"] is not None]
         least = min(fwd, key=lambda r: min(r["waves_regs"], r["waves_lds"]), default=None) if waves else None
         line = f"{target} ({source}): {len(group)} kernels ({len(fwd)} fwd)"
         if worst:
             line += f"; worst issued/useful {worst['issued_useful']:.2f} ({worst['variant']})"
+        if fma_worst:
+            line += (f"; no matrix cores, worst dot/FMA issued/useful {fma_worst['fma_issued_useful']:.2f} "
+                     f"({fma_worst['variant']})")
         if spilling:
             line += (f"; {len(spilling)} spill{'s' if len(spilling) == 1 else ''} in the key loop "
                      f"({', '.join(spilling[:4])}{', ...' if len(spilling) > 4 else ''})")
@@ -721,9 +800,13 @@ def check(rows):
             continue
         where = f"{row['target']} {row['variant']}"
         if row["hot"] is None:
-            problems.append(f"{where}: no loop with matrix instructions found")
+            what = "matrix" if row.get("matrix_cores", True) else "dot/FMA"
+            problems.append(f"{where}: no loop with {what} instructions found")
             continue
-        if row["issued_useful"] > 1.0 + 1e-9:
+        if row.get("fma_issued_useful") is not None and row["fma_issued_useful"] > FMA_REPEAT_LIMIT:
+            problems.append(f"{where}: issued/useful dot/FMA work {row['fma_issued_useful']:.2f} > {FMA_REPEAT_LIMIT} "
+                            f"(tile {row['block_m']}x{row['block_n']}, {row['warps']} warps: repeated products)")
+        if row["issued_useful"] is not None and row["issued_useful"] > 1.0 + 1e-9:
             problems.append(f"{where}: issued/useful matrix work {row['issued_useful']:.2f} > 1.00 "
                             f"(tile {row['block_m']}x{row['block_n']}, {row['warps']} warps, dots {format_dots(row['dots'])})")
         if row["block_d"] <= 128 and loop_spills(row):

@@ -9,8 +9,8 @@
 //!   memory O(tile) instead of O(s²)) that serves every feature of the API, for f32, f16 and bf16
 //!   tensors on [`candle::Device::Cpu`].
 //! - **AMD GPUs, feature `rocm`.** Our own Triton kernels, compiled ahead of time at build time
-//!   for RDNA3 (gfx1100–gfx1103, gfx1150–gfx1152), RDNA4 (gfx1200, gfx1201) and CDNA (gfx90a,
-//!   gfx942, gfx950) and embedded in the library; on CDNA also AMD's Composable Kernel (CK) fmha
+//!   for RDNA2 (gfx1030–gfx1036), RDNA3 (gfx1100–gfx1103, gfx1150–gfx1152), RDNA4 (gfx1200,
+//!   gfx1201) and CDNA (gfx90a, gfx942, gfx950) and embedded in the library; on CDNA also AMD's Composable Kernel (CK) fmha
 //!   kernels. Each call goes to CK where a built CK instance serves it, to Triton otherwise.
 //!   The archs are chosen at build time (`FLASH_ATTN_ROCM_ARCHS`; see the README).
 //! - **Candle tensors on a ROCm device, feature `candle-rocm`** (implies `rocm`): the ops'

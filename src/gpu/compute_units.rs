@@ -93,10 +93,12 @@ mod tests {
     use super::*;
 
     /// Each card's target, HIP's count in WGP mode (both attributes) and its CUs.
-    const RDNA_CARDS: [(&str, i32, i32); 3] = [
+    const RDNA_CARDS: [(&str, i32, i32); 5] = [
         ("gfx1100", 48, 96), // RX 7900 XTX: 48 WGPs
         ("gfx1201", 32, 64), // RX 9070 XT: 32 WGPs
         ("gfx1030", 30, 60), // RX 6800: 30 WGPs
+        ("gfx1031", 20, 40), // RX 6700 XT: 20 WGPs
+        ("gfx1032", 16, 32), // RX 6600 XT: 16 WGPs
     ];
 
     #[test]

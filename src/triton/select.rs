@@ -32,9 +32,10 @@ pub fn select(call: &AttnCall, device: &str, images: &'static [KernelImage]) -> 
     let Some(target) = resolve(device, forced, &embedded(images)) else {
         candle::bail!(
             "flash-attn-rocm: no Triton kernels of this build run on {device}{}; built targets: [{}]. Rebuild with \
-             FLASH_ATTN_ROCM_ARCHS (AMD) or FLASH_ATTN_ROCM_CUDA_ARCHS (NVIDIA) including it",
+             FLASH_ATTN_ROCM_ARCHS (AMD) or FLASH_ATTN_ROCM_CUDA_ARCHS (NVIDIA) including it{}",
             forced.map(|f| format!(" as {ENV_TARGET}={f}")).unwrap_or_default(),
-            built_targets(images).join(", ")
+            built_targets(images).join(", "),
+            rdna2_override_hint(device, &built_targets(images)).unwrap_or_default()
         )
     };
     let dtype = match call.dtype {
@@ -73,6 +74,24 @@ pub fn select(call: &AttnCall, device: &str, images: &'static [KernelImage]) -> 
     }
 }
 
+/// The arch whose code objects an RDNA 2 card runs when HSA_OVERRIDE_GFX_VERSION=10.3.0
+/// makes the runtime report it as that arch (what gfx1031/gfx1032 users commonly set).
+const RDNA2_OVERRIDE_TARGET: &str = "gfx1030";
+
+/// For an RDNA 2 card other than gfx1030 (gfx1031-gfx1036) in a build that has gfx1030's
+/// kernels but not its own: how to run those. The loader refuses a gfx1030 code object on any
+/// other arch, so the kernels are never picked across archs here; the override makes the
+/// runtime report gfx1030 (and this error does not arise).
+fn rdna2_override_hint(target: &str, built: &[&str]) -> Option<String> {
+    let rdna2 = target.len() == 7 && target.starts_with("gfx103") && target != RDNA2_OVERRIDE_TARGET;
+    (rdna2 && built.contains(&RDNA2_OVERRIDE_TARGET)).then(|| {
+        format!(
+            ", or run with HSA_OVERRIDE_GFX_VERSION=10.3.0 so that this {target} card reports \
+             {RDNA2_OVERRIDE_TARGET} and uses the {RDNA2_OVERRIDE_TARGET} kernels this build has"
+        )
+    })
+}
+
 /// The distinct targets among `images`.
 pub fn built_targets(images: &[KernelImage]) -> Vec<&'static str> {
     let mut targets: Vec<&'static str> = images.iter().map(|img| img.target).collect();
@@ -84,4 +103,29 @@ pub fn built_targets(images: &[KernelImage]) -> Vec<&'static str> {
 /// The targets this build embeds kernels for.
 pub fn embedded_targets() -> Vec<&'static str> {
     built_targets(KERNELS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rdna2_override_hint;
+
+    #[test]
+    fn rdna2_cards_are_told_about_the_gfx1030_override() {
+        for target in ["gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036"] {
+            let hint = rdna2_override_hint(target, &["gfx1030", "gfx1100"]).expect(target);
+            assert!(hint.contains("HSA_OVERRIDE_GFX_VERSION=10.3.0"), "{hint}");
+            assert!(hint.contains(target), "{hint}");
+        }
+    }
+
+    #[test]
+    fn no_override_hint_elsewhere() {
+        // gfx1030 itself, a build without gfx1030, other archs, malformed names.
+        assert_eq!(rdna2_override_hint("gfx1030", &["gfx1030"]), None);
+        assert_eq!(rdna2_override_hint("gfx1031", &["gfx1100", "gfx942"]), None);
+        assert_eq!(rdna2_override_hint("gfx1101", &["gfx1030", "gfx1100"]), None);
+        assert_eq!(rdna2_override_hint("gfx1010", &["gfx1030"]), None);
+        assert_eq!(rdna2_override_hint("gfx10310", &["gfx1030"]), None);
+        assert_eq!(rdna2_override_hint("sm_90", &["gfx1030"]), None);
+    }
 }

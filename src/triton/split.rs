@@ -118,6 +118,9 @@ mod tests {
         // AMD (64 KiB LDS per CU): a 40 KiB program fits once.
         assert_eq!(decode_resident(40_960, "gfx942"), 1);
         assert_eq!(decode_resident(8_192, "gfx1100"), 2);
+        // RDNA 2 has 64 KiB of LDS per CU too (128 KiB per WGP).
+        assert_eq!(decode_resident(8_192, "gfx1030"), 2);
+        assert_eq!(decode_resident(40_960, "gfx1031"), 1);
         // Paged decode on an H200 (132 SMs), GQA 32/8, 128-key tiles: b=4 32k gets 8 splits
         // (256 programs, two per SM), b=16 32k 2, b=1 32k 32 (of 8 of its 256 key tiles each);
         // b=64 1k has programs enough and is not split.

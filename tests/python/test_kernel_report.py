@@ -193,6 +193,46 @@ class LoopTest(unittest.TestCase):
     def test_no_matrix_loop(self):
         self.assertEqual(kr.hot_loop(kr.parse_blocks(kernel_asm(matrix="v_fma_f32 v0, v1, v2, v3"), "attn_fwd")), (None, None, []))
 
+    def test_fma_macs(self):
+        # Per wave32 instruction: v_dot2 2 MACs a lane, v_fma/v_fmac 1; nothing else counts.
+        self.assertEqual(kr.fma_macs("v_dot2c_f32_f16", 32), 64)
+        self.assertEqual(kr.fma_macs("v_dot2c_f32_f16_e32", 32), 64)
+        self.assertEqual(kr.fma_macs("v_dot2_f32_f16", 32), 64)
+        self.assertEqual(kr.fma_macs("v_dot2_f32_bf16", 32), 64)
+        self.assertEqual(kr.fma_macs("v_fmac_f32_e32", 32), 32)
+        self.assertEqual(kr.fma_macs("v_fma_f32", 64), 64)
+        self.assertEqual(kr.fma_macs("v_fma_mix_f32", 32), 32)
+        self.assertEqual(kr.fma_macs("v_pk_fma_f32", 32), 64)
+        for other in ("v_fma_f16", "v_fmac_f16_e32", "v_pk_fma_f16", "v_dot4_i32_i8", "v_dot2_f16_f16", "v_fmaak_f32",
+                      "v_fma_f64", "v_mul_f32_e32", "v_wmma_f32_16x16x16_f16"):
+            self.assertIsNone(kr.fma_macs(other, 32), other)
+
+    def test_fma_hot_loop(self):
+        # gfx1030 (no matrix cores): the loop with the most v_dot2 MACs, the leanest among equals.
+        asm = kernel_asm(hot_wmma=128, hot_other=152, target="gfx1030", matrix="v_dot2c_f32_f16 v0, v1, v2")
+        blocks = kr.parse_blocks(asm, "attn_fwd")
+        self.assertEqual(kr.hot_loop(blocks), (None, None, []))  # no matrix instructions
+        header, hot, others = kr.hot_loop(blocks, 32)
+        self.assertEqual((header, hot["insns"], hot["matrix"], hot["macs"]),
+                         ("BB0_4", 280, {"v_dot2c_f32_f16": 128}, 128 * 64))
+        self.assertEqual(len(others), 2)
+
+    def test_unlabeled_reloads_through_the_scratch_resource(self):
+        # gfx10 spills through buffer instructions on the private segment's resource, and LLVM
+        # comments only some of its reloads: the resource tells them apart from Triton's loads.
+        spills = ("\tbuffer_store_dword v1, off, s[52:55], 0 offset:4 ; 4-byte Folded Spill\n"
+                  "\tbuffer_load_dword v1, off, s[52:55], 0 offset:8\n"
+                  "\tbuffer_load_dword v2, off, s[52:55], 0 offset:12\n")
+        asm = kernel_asm().replace(".Ltmp7:\n", ".Ltmp7:\n" + spills)
+        blocks = kr.parse_blocks(asm, "attn_fwd")
+        self.assertEqual(kr.scratch_resources(blocks), {"s[52:55]"})
+        _, hot, _ = kr.hot_loop(blocks)
+        # Two unlabeled reloads and the spill; the buffer load through s[0:3] is Triton's.
+        self.assertEqual((hot["stores"], hot["loads"]), (1, 2))
+        insn = kr.Insn("buffer_load_dword", "v1, off, s[52:55], 0 offset:8", "")
+        self.assertFalse(kr.is_scratch_access(insn))
+        self.assertTrue(kr.is_scratch_access(insn, {"s[52:55]"}))
+
 
 class TtgirTest(unittest.TestCase):
     def test_dot_layouts(self):
@@ -229,6 +269,16 @@ class OccupancyTest(unittest.TestCase):
         self.assertEqual(self.waves("gfx908", 100, 200), 1)  # separate files: the larger one counts
         self.assertEqual(self.waves("gfx908", 100, 40), 2)
         self.assertIsNone(kr.arch_facts("sm_90"))
+        # RDNA 2: 1024 VGPRs in granules of 16, 16 waves; 160 VGPRs (waves_per_eu 6) give 6.
+        self.assertEqual(self.waves("gfx1030", 160), 6)
+        self.assertEqual(self.waves("gfx1030", 256), 4)
+        self.assertEqual(self.waves("gfx1031", 111), 9)
+
+    def test_matrix_cores(self):
+        for target in ("gfx908", "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1151", "gfx1201"):
+            self.assertTrue(kr.arch_facts(target)["matrix"], target)
+        for target in ("gfx900", "gfx906", "gfx1010", "gfx1030", "gfx1036"):
+            self.assertFalse(kr.arch_facts(target)["matrix"], target)
 
     def test_lds(self):
         rdna, cdna = kr.arch_facts("gfx1100"), kr.arch_facts("gfx942")
@@ -285,12 +335,72 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(cells[-3:], ["32x32x128 wmma[8,1]; 32x128x32 wmma[2,4]", "1.00", "49.4"])
         self.assertIn("| gfx1100 | ours | fwd_prefill_fp16_d128_flat |", kr.markdown([good], "/tmp/x"))
 
+    def test_fma_target_rows_and_check(self):
+        # gfx1030, 16x16 tile, 8 waves, d=128: 128 v_dot2c per wave are the 65536 useful MACs once.
+        asm = kernel_asm(hot_wmma=128, hot_other=152, target="gfx1030", vgprs=158,
+                         matrix="v_dot2c_f32_f16 v0, v1, v2")
+        good = analyze(asm, ttgir="", target="gfx1030", block=(16, 16, 128), threads=256, shared=4096)
+        good.update(variant="fwd_prefill_fp16_d128_flat", tile="prefill", dtype="fp16", even_d=True, paged=False,
+                    extras=False)
+        self.assertIsNone(good["issued_useful"])
+        self.assertAlmostEqual(good["fma_issued_useful"], 1.0)
+        self.assertEqual(f"{good['insns_per_4096']:.1f}", "140.0")
+        self.assertEqual((good["waves_regs"], good["matrix_cores"]), (6, False))
+        cells = kr.table_cells(good)
+        self.assertEqual(cells[-2:], ["n/a (no matrix cores; FMA 1.00)", "140.0"])
+        self.assertEqual(cells[12], "128 v_dot2c_f32_f16")
+        self.assertEqual(kr.check([good]), [])
+        # Products repeated over the waves (a tile smaller than the layout), and key-loop spills.
+        repeated = dict(good, fma_issued_useful=2.0, variant="repeated")
+        spilling = analyze(kernel_asm(hot_wmma=128, hot_other=152, target="gfx1030", spill_in_hot=True,
+                                      matrix="v_dot2c_f32_f16 v0, v1, v2"),
+                           ttgir="", target="gfx1030", block=(16, 16, 128), threads=256, shared=4096)
+        spilling.update(good, hot=spilling["hot"], variant="spilling")
+        problems = kr.check([good, repeated, spilling])
+        self.assertEqual(len(problems), 2, problems)
+        self.assertIn("gfx1030 repeated: issued/useful dot/FMA work 2.00 > 1.5", problems[0])
+        self.assertIn("gfx1030 spilling: 1 scratch stores and 1 loads in the key loop", problems[1])
+        # No dot/FMA loop at all is a problem too.
+        none = analyze(kernel_asm(target="gfx1030", matrix="v_mul_f32_e32 v0, v1, v2"), ttgir="", target="gfx1030",
+                       block=(16, 16, 128))
+        none.update(good, hot=None, fma_issued_useful=None, variant="none")
+        self.assertIn("no loop with dot/FMA instructions", kr.check([none])[0])
+
     def test_agpr_cells(self):
         asm = kernel_asm(target="gfx942", vgprs=212, agprs=32, sgprs=106, wave=64,
                          matrix="v_mfma_f32_32x32x8_f16 a[0:15], v[2:3], v[18:19], a[0:15]")
         row = analyze(asm, target="gfx942", block=(128, 64, 64), threads=256, shared=16384)
         row.update(variant="v", tile="prefill")
         self.assertEqual(kr.table_cells(row)[5], "180+32=212")
+
+
+class CodeObjectCheckTest(unittest.TestCase):
+    """scripts/check_triton_objects.py's instruction rule: matrix instructions where the target
+    has them, the dot/FMA ones tl.dot lowers to on RDNA 2 (and no matrix instructions there)."""
+
+    def test_expected_instructions(self):
+        import check_triton_objects as cto
+        self.assertEqual(cto.expected_instructions("gfx1100", "fp16"), (("v_wmma",), ()))
+        self.assertEqual(cto.expected_instructions("gfx1201", "bf16"), (("v_wmma",), ()))
+        self.assertEqual(cto.expected_instructions("gfx942", "bf16"), (("v_mfma",), ()))
+        for target in ("gfx1030", "gfx1031", "gfx1036"):
+            self.assertEqual(cto.expected_instructions(target, "fp16"), (("v_dot2",), ("v_wmma", "v_mfma")))
+            self.assertEqual(cto.expected_instructions(target, "bf16"),
+                             (("v_fmac_f32", "v_fma_f32"), ("v_wmma", "v_mfma")))
+
+    def test_instruction_problems(self):
+        import check_triton_objects as cto
+        # llvm-objdump -d lines: a tab, the mnemonic, operands, then the encoding comment.
+        dot = "\tv_dot2c_f32_f16_e32 v1, v2, v3                            // 000000001234: 04020503\n"
+        fma = "\tv_fmac_f32_e32 v1, v2, v3                                 // 000000001238: 56020503\n"
+        wmma = "\tv_wmma_f32_16x16x16_f16 v[0:7], v[8:15], v[16:23], v[0:7]  // 00000000123C: CC404000\n"
+        self.assertEqual(cto.instruction_problems(dot, "gfx1030", "fp16"), [])
+        self.assertEqual(cto.instruction_problems(fma, "gfx1030", "bf16"), [])
+        self.assertIn("no v_dot2 instruction", cto.instruction_problems(fma, "gfx1030", "fp16")[0])
+        self.assertIn("v_wmma instructions, which gfx1030 does not have",
+                      cto.instruction_problems(dot + wmma, "gfx1030", "fp16")[0])
+        self.assertEqual(cto.instruction_problems(wmma, "gfx1100", "fp16"), [])
+        self.assertIn("does not use the matrix unit", cto.instruction_problems(dot, "gfx1100", "fp16")[0])
 
 
 class ManifestTest(unittest.TestCase):

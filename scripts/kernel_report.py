@@ -67,7 +67,7 @@ product), or whose head-dim tile is <= 128 and whose hot loop has scratch stores
 
 --reference FILE compiles AMD's own Triton flash-attention forward (`attn_fwd` of aiter's
 flash_attn_triton_amd/fwd_prefill.py, a fetched copy, never part of this repo; its sibling
-modules must sit beside it) with the same triton for the --reference-targets, f16, batch mode,
+modules must sit beside it) with the same triton for the --reference-targets, f16 and bf16, batch mode,
 non-causal and causal, at AMD's per-arch configs (REFERENCE_CONFIGS), with the argument
 specialization its launcher gets from Triton's JIT, and adds its rows ("AMD aiter") to the same
 table. The compiled files go to DIR/aiter-reference/.
@@ -527,6 +527,9 @@ REFERENCE_CONFIGS = {
 # The batch-mode problem whose launch is reproduced: the kernel takes the sequence lengths and
 # head counts as constexprs. bshd contiguous f16 tensors, well under 2 GiB.
 REF_BATCH, REF_SEQLEN, REF_HEADS = 4, 4096, 32
+# Both dtypes, each beside ours of the same dtype (bf16 costs more instructions than f16 on RDNA 3,
+# which converts P to bf16 without an instruction for it).
+REFERENCE_DTYPES = ("fp16", "bf16")
 
 
 def _install_torch_stub():
@@ -571,14 +574,15 @@ def _load_reference(path):
     return fn
 
 
-def reference_launch(d, causal, rdna):
-    """The arguments of aiter's launcher for a batch-mode f16 forward without dropout, ALiBi,
-    bias, fp8 or returned scores: ({name: value} of the runtime arguments, where a tensor is
-    its pointer type, and {name: value} of the constexprs)."""
+def reference_launch(d, causal, rdna, dtype="fp16"):
+    """The arguments of aiter's launcher for a batch-mode f16 or bf16 forward without dropout,
+    ALiBi, bias, fp8 or returned scores: ({name: value} of the runtime arguments, where a tensor
+    is its pointer type, and {name: value} of the constexprs)."""
     s, h = REF_SEQLEN, REF_HEADS
-    runtime = {"Q": "*fp16", "K": "*fp16", "V": "*fp16", "bias": None, "Q_Descale": None, "K_Descale": None,
+    tensor = f"*{dtype}"
+    runtime = {"Q": tensor, "K": tensor, "V": tensor, "bias": None, "Q_Descale": None, "K_Descale": None,
                "V_Descale": None, "stride_q_descale_z": None, "stride_k_descale_z": None,
-               "stride_v_descale_z": None, "LSE": "*fp32", "Out": "*fp16", "SD_MASK": None, "ALIBI_SLOPES": None}
+               "stride_v_descale_z": None, "LSE": "*fp32", "Out": tensor, "SD_MASK": None, "ALIBI_SLOPES": None}
     # Contiguous bshd tensors: strides (batch, head, sequence, head dim) = (s*h*d, d, h*d, 1), named
     # by the kernel's parameters (V's sequence stride is its `k`, its head-dim stride its `n`).
     for prefix, names in (("q", "zhmk"), ("k", "zhnk"), ("v", "zhkn"), ("o", "zhmn")):
@@ -599,7 +603,7 @@ def reference_launch(d, causal, rdna):
 
 def compile_reference(job):
     """Compiles one reference kernel into out_dir; returns its manifest fields."""
-    path, target, d, causal, out_dir = job
+    path, target, d, causal, dtype, out_dir = job
     import triton
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.amd.compiler import HIPBackend
@@ -617,7 +621,7 @@ def compile_reference(job):
     fn = _load_reference(path)
     block_m, block_n, warps, waves_per_eu, _ = REFERENCE_CONFIGS[target]
     rdna = not target.startswith("gfx9")
-    runtime, constexprs = reference_launch(d, causal, rdna)
+    runtime, constexprs = reference_launch(d, causal, rdna, dtype)
     constexprs.update(BLOCK_M=block_m, BLOCK_N=block_n)
     sig, attrs, consts = {}, {}, {}
     for index, name in enumerate(fn.arg_names):
@@ -638,14 +642,14 @@ def compile_reference(job):
     kernel = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                             target=GPUTarget("hip", target, wave),
                             options={"num_warps": warps, "num_stages": 1, "waves_per_eu": waves_per_eu})
-    name = f"attn_fwd_fp16_d{d}{'_causal' if causal else ''}"
+    name = f"attn_fwd_{dtype}_d{d}{'_causal' if causal else ''}"
     os.makedirs(os.path.join(out_dir, target), exist_ok=True)
     for ext, data in (("hsaco", kernel.asm["hsaco"]), ("amdgcn", kernel.asm["amdgcn"]), ("ttgir", kernel.asm["ttgir"])):
         with open(os.path.join(out_dir, target, f"{name}.{ext}"), "wb" if ext == "hsaco" else "w") as f:
             f.write(data)
     return {"target": target, "variant": name, "kernel": kernel.metadata.name, "block_m": block_m,
             "block_n": block_n, "block_d": d, "threads": warps * wave, "shared": kernel.metadata.shared,
-            "causal": int(causal), "waves_per_eu": waves_per_eu, "file": f"{target}/{name}.hsaco"}
+            "causal": int(causal), "dtype": dtype, "waves_per_eu": waves_per_eu, "file": f"{target}/{name}.hsaco"}
 
 
 def reference_rows(path, targets, out_dir, jobs):
@@ -654,7 +658,8 @@ def reference_rows(path, targets, out_dir, jobs):
     for target in targets:
         if target not in REFERENCE_CONFIGS:
             raise SystemExit(f"kernel_report: no AMD config for {target} (have {', '.join(REFERENCE_CONFIGS)})")
-    work = [(path, t, d, causal, out_dir) for t in targets for d in REFERENCE_CONFIGS[t][4] for causal in (False, True)]
+    work = [(path, t, d, causal, dtype, out_dir) for t in targets for d in REFERENCE_CONFIGS[t][4]
+            for causal in (False, True) for dtype in REFERENCE_DTYPES]
     with multiprocessing.get_context("spawn").Pool(max(1, jobs)) as pool:
         entries = sorted(pool.imap_unordered(compile_reference, work), key=lambda e: (e["target"], e["variant"]))
     rows = []
@@ -664,7 +669,7 @@ def reference_rows(path, targets, out_dir, jobs):
                       entry["block_d"], entry["threads"], entry["shared"], read_text(stem + ".amdgcn"),
                       read_text(stem + ".ttgir"))
         row.update(variant=entry["variant"] + f" (waves_per_eu {entry['waves_per_eu']})", tile="prefill",
-                   dtype="fp16", even_d=True, paged=False, extras=False, causal=bool(entry["causal"]))
+                   dtype=entry["dtype"], even_d=True, paged=False, extras=False, causal=bool(entry["causal"]))
         rows.append(row)
     return rows
 
@@ -725,14 +730,14 @@ def comparison(rows):
     """Ours (prefill, flat, EVEN_D, no extras) beside AMD's (non-causal, causal) per target and d."""
     ours = {(r["target"], r["block_d"], r["dtype"]): r for r in rows if r["source"] == OURS and r["tile"] == "prefill"
             and r["even_d"] and not r["paged"] and not r["extras"]}
-    amd = {(r["target"], r["block_d"], r.get("causal")): r for r in rows if r["source"] == AITER}
+    amd = {(r["target"], r["block_d"], r["dtype"], r.get("causal")): r for r in rows if r["source"] == AITER}
     if not amd:
         return []
     lines = ["| target, d | ours: tile, warps | ours: issued/useful | ours: instr/4096 | ours: waves regs/LDS | "
              "AMD: tile, warps | AMD: issued/useful | AMD: instr/4096 (non-causal / causal) | AMD: waves regs/LDS |",
              "|---|---|---|---|---|---|---|---|---|"]
     for (target, d, dtype), r in sorted(ours.items()):
-        a, c = amd.get((target, d, False)), amd.get((target, d, True))
+        a, c = amd.get((target, d, dtype, False)), amd.get((target, d, dtype, True))
         if not a:
             continue
         lines.append(f"| {target}, {d} ({dtype}) | {r['block_m']}x{r['block_n']}, {r['warps']} | {fmt_issued(r)} | "

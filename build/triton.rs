@@ -20,9 +20,9 @@ const LOG: &str = "aot.log";
 const JIT_CACHE: &str = "jit-cache";
 /// aot.py's MANIFEST_COLUMNS; the header line must match.
 #[rustfmt::skip]
-const COLUMNS: [&str; 19] = [
-    "target", "variant", "kernel", "family", "tile", "dtype", "block_d", "even_d", "paged", "extras", "block_m",
-    "block_n", "threads", "shared", "scratch_args", "vgpr_spills", "sgpr_spills", "seconds", "file",
+const COLUMNS: [&str; 20] = [
+    "target", "variant", "kernel", "family", "tile", "dtype", "block_d", "even_d", "paged", "extras", "ptr32",
+    "block_m", "block_n", "threads", "shared", "scratch_args", "vgpr_spills", "sgpr_spills", "seconds", "file",
 ];
 
 /// Compiles (or reuses) the selected kernels, one cache directory per target, and writes the
@@ -228,7 +228,7 @@ fn entry(row: &Row, dir: &Path, ptx: bool) -> BuildResult<String> {
     Ok(format!(
         "    KernelImage {{ target: {:?}, variant: {:?}, kernel: {:?}, family: Family::{family}, \
          tile: Tile::{tile}, dtype: KernelDtype::{dtype}, block_d: {}, even_d: {}, paged: {}, extras: {}, \
-         block_m: {}, block_n: {}, threads: {}, shared: {}, scratch_args: {}, image: include_bytes!({:?}) }},\n",
+         ptr32: {}, block_m: {}, block_n: {}, threads: {}, shared: {}, scratch_args: {}, image: include_bytes!({:?}) }},\n",
         row.get("target"),
         row.get("variant"),
         row.get("kernel"),
@@ -236,6 +236,7 @@ fn entry(row: &Row, dir: &Path, ptx: bool) -> BuildResult<String> {
         row.flag("even_d")?,
         row.flag("paged")?,
         row.flag("extras")?,
+        row.flag("ptr32")?,
         row.number("block_m")?,
         row.number("block_n")?,
         row.number("threads")?,

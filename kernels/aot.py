@@ -21,7 +21,7 @@ import time
 from launch_contract import amdgpu_kernel_facts, launch_args, launch_problems, ptx_kernel_facts, shared_limit
 
 MANIFEST_COLUMNS = [
-    "target", "variant", "kernel", "family", "tile", "dtype", "block_d", "even_d", "paged", "extras",
+    "target", "variant", "kernel", "family", "tile", "dtype", "block_d", "even_d", "paged", "extras", "ptr32",
     "block_m", "block_n", "threads", "shared", "scratch_args", "vgpr_spills", "sgpr_spills", "seconds", "file",
 ]
 
@@ -125,6 +125,23 @@ TILES = {
 MERGE_BLOCK_R = 16
 MERGE_WARPS = 4
 
+# 32-bit buffer addressing: AMD variants compiled with every tensor argument (Fault excepted)
+# marked `tt.pointer_range = 32`, which tells triton that each spans under 2 GiB from its base
+# pointer. Triton's AMD backend then forms the offsets in 32 bits and turns the tensor loads and
+# stores into buffer_load/buffer_store (masked lanes get an out-of-range offset instead of a
+# branch), AMD's kernel's addressing. Each is a twin of a 64-bit variant (name suffix `_b32`,
+# manifest column ptr32) that src/triton/span.rs picks only when every tensor of the call fits;
+# the 64-bit variant serves the rest. The same attention.py source: no constexpr, no change to
+# the 64-bit code. Twins only where they remove instructions in the key loop (triton 3.6, figures
+# in docs/kernel-report.md): paged (9-49% fewer instructions per 4096 MACs, 3-13% with extras),
+# decode (4-41%) and padded-head-dim flat prefill (4-19%) variants; not flat prefill at the exact
+# head dim (1-6%) nor the flat extras ones (0-5%), which would cost compile time for little.
+B32_SKIP = {
+    # (family, kernel class, head-dim tile, paged): twins that would add scratch reloads to the
+    # key loop. gfx12 flat decode at d = 128: 0/1 loop stores/loads (0/2 bf16 padded).
+    ("rdna4", "decode", 128, False),
+}
+
 
 # NVIDIA targets and their compute capability (launch_contract.CUDA_SHARED has their shared
 # memory). sm_86's cubins also run on sm_87 (same major, lower minor); sm_89 is Ada.
@@ -178,8 +195,19 @@ def gpu_target(target):
     return GPUTarget("hip", target, 64 if kind == "cdna" else 32)
 
 
-def variants(block_dims, dtypes):
-    """Every code object of one target: (name, family, fields)."""
+def buffer_twin(target, fields):
+    """Whether `target` gets a 32-bit buffer-addressing twin of the attn_fwd variant `fields`."""
+    # NVIDIA has no buffer instructions; RDNA 2's twins were never measured (it came after them).
+    if target is None or target_kind(target) == "cuda" or tile_family(target) == "rdna2":
+        return False
+    if fields["tile"] == "prefill" and not fields["paged"] and (fields["even_d"] or fields["extras"]):
+        return False
+    return (tile_family(target), fields["tile"], fields["block_d"], fields["paged"]) not in B32_SKIP
+
+
+def variants(block_dims, dtypes, target=None):
+    """Every code object of one target: (name, family, fields). Without a target, the 64-bit
+    variants only (the buffer-addressing twins are per target)."""
     out = []
     for dtype in dtypes:
         for bd in block_dims:
@@ -190,10 +218,14 @@ def variants(block_dims, dtypes):
                             name = "fwd_{}_{}_d{}{}_{}{}".format(
                                 tile, dtype, bd, "" if even else "p", "paged" if paged else "flat",
                                 "_x" if extras else "")
-                            out.append((name, "fwd", dict(tile=tile, dtype=dtype, block_d=bd, even_d=even,
-                                                          paged=paged, extras=extras)))
+                            fields = dict(tile=tile, dtype=dtype, block_d=bd, even_d=even, paged=paged,
+                                          extras=extras, ptr32=False)
+                            out.append((name, "fwd", fields))
+                            if buffer_twin(target, fields):
+                                out.append((name + "_b32", "fwd", dict(fields, ptr32=True)))
             out.append((f"merge_{dtype}_d{bd}", "merge",
-                        dict(tile="merge", dtype=dtype, block_d=bd, even_d=False, paged=False, extras=False)))
+                        dict(tile="merge", dtype=dtype, block_d=bd, even_d=False, paged=False, extras=False,
+                             ptr32=False)))
     return out
 
 
@@ -210,12 +242,15 @@ MERGE_POINTERS = {"Out": "*{dt}", "Lse": "*fp32", "OAcc": "*fp32", "LAcc": "*fp3
                   "CuSeqK": "*i32"}
 
 
-def signature(fn, pointers, floats, dtype):
+def signature(fn, pointers, floats, dtype, ptr32=False):
     sig, attrs = {}, {}
     for index, arg in enumerate(fn.arg_names):
         if arg in pointers:
             sig[arg] = pointers[arg].format(dt=dtype)
             attrs[(index,)] = [["tt.divisibility", 16]]
+            # The fault word is mapped host memory, written by system-scope atomics only.
+            if ptr32 and arg != "Fault":
+                attrs[(index,)].append(["tt.pointer_range", 32])
         elif arg in floats:
             sig[arg] = "fp32"
         elif arg.isupper() or arg.startswith("BLOCK_"):
@@ -240,7 +275,7 @@ def compile_one(job):
     if family == "fwd":
         fn = attention.attn_fwd
         bm, bn, warps, stages, waves_per_eu = kernel_tile(target, fields)
-        sig, attrs = signature(fn, FWD_POINTERS, FWD_FLOATS, dtype)
+        sig, attrs = signature(fn, FWD_POINTERS, FWD_FLOATS, dtype, fields.get("ptr32", False))
         constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": fields["block_d"], "EVEN_D": fields["even_d"],
                       "PAGED": fields["paged"], "EXTRAS": fields["extras"]}
     else:
@@ -290,7 +325,8 @@ def compile_one(job):
         with open(os.path.join(out_dir, f"{target}/{name}.{stage}"), "w") as f:
             f.write(kernel.asm[stage])
     return [target, name, md.name, family, fields["tile"], fields["dtype"], fields["block_d"],
-            int(fields["even_d"]), int(fields["paged"]), int(fields["extras"]), bm, bn, threads, md.shared,
+            int(fields["even_d"]), int(fields["paged"]), int(fields["extras"]), int(fields.get("ptr32", False)),
+            bm, bn, threads, md.shared,
             len(scratch), vspill, sspill, f"{seconds:.1f}", rel]
 
 
@@ -318,7 +354,7 @@ def main():
     for target in targets:
         target_kind(target)
         os.makedirs(os.path.join(args.out, target), exist_ok=True)
-        for name, family, fields in variants(block_dims, dtypes):
+        for name, family, fields in variants(block_dims, dtypes, target):
             if family == "merge" or not globs or any(fnmatch.fnmatch(name, g) for g in globs):
                 jobs.append((target, name, family, fields, args.out))
     started = time.time()
@@ -327,7 +363,8 @@ def main():
         try:
             for done, row in enumerate(pool.imap_unordered(compile_one, jobs), 1):
                 rows.append(row)
-                print(f"aot.py: [{done}/{len(jobs)}] {row[0]} {row[1]} {row[17]} s, {row[15]} VGPR spills",
+                col = dict(zip(MANIFEST_COLUMNS, row))
+                print(f"aot.py: [{done}/{len(jobs)}] {row[0]} {row[1]} {col['seconds']} s, {col['vgpr_spills']} VGPR spills",
                       flush=True)
         except RuntimeError as e:
             # compile_one's refusals (scratch memory, launch contract): the message, not a traceback.

@@ -64,12 +64,12 @@ def instruction_problems(asm, target, dtype):
     return problems
 
 
-def expected_variants(block_dims, dtypes, globs):
-    """{variant: family}: what aot.py compiles for one target (the same rule as its main():
+def expected_variants(block_dims, dtypes, globs, target=None):
+    """{variant: family}: what aot.py compiles for `target` (the same rule as its main():
     the filter selects attention kernels; the merge kernels are always built)."""
     return {
         name: family
-        for name, family, _ in aot.variants(block_dims, dtypes)
+        for name, family, _ in aot.variants(block_dims, dtypes, target)
         if family == "merge" or not globs or any(fnmatch.fnmatch(name, g) for g in globs)
     }
 
@@ -209,7 +209,7 @@ def main():
         aot.target_kind(target)  # exits with a message on an unknown target
     block_dims = [int(d) for d in args.block_dims.split(",") if d]
     dtypes = [d for d in args.dtypes.split(",") if d]
-    expected = expected_variants(block_dims, dtypes, [g for g in args.filter.split(",") if g])
+    globs = [g for g in args.filter.split(",") if g]
     tools = Tools(args.llvm_bin)
     rows = read_manifest(args.dir)
 
@@ -224,10 +224,12 @@ def main():
             if not target_rows:
                 problems.append(f"{target}: no kernels in the manifest")
                 continue
+            expected = expected_variants(block_dims, dtypes, globs, target)
             line, found = check_target(tools, pool, args.dir, target, target_rows, expected)
             print(line, flush=True)
             problems += found
-    print(f"check: {len(expected)} variants per target (tiles {','.join(map(str, block_dims))}, "
+    counts = sorted({len(expected_variants(block_dims, dtypes, globs, t)) for t in targets})
+    print(f"check: {'/'.join(map(str, counts))} variants per target (tiles {','.join(map(str, block_dims))}, "
           f"dtypes {','.join(dtypes)}, filter '{args.filter}') for {','.join(targets)}")
     if problems:
         print(f"check: FAILED, {len(problems)} problems:", *problems, sep="\n  ")

@@ -50,6 +50,7 @@ fn image(tile: Tile, family: Family, block_d: u32, even_d: bool, paged: bool, ex
         even_d,
         paged,
         extras,
+        ptr32: false,
         block_m,
         block_n,
         threads: 128,
@@ -234,7 +235,7 @@ fn paged_decode_splits_for_two_resident_programs_per_unit() {
     let kernels = |paged: bool, shared: u32| {
         let fwd = KernelImage { target: "sm_90", block_n: 128, shared, ..image(Tile::Decode, Family::Fwd, 128, true, paged, false) };
         let merge = KernelImage { target: "sm_90", ..image(Tile::Merge, Family::Merge, 128, false, false, false) };
-        Kernels { fwd: Box::leak(Box::new(fwd)), merge: Box::leak(Box::new(merge)) }
+        Kernels { fwd: Box::leak(Box::new(fwd)), fwd_b32: None, merge: Box::leak(Box::new(merge)) }
     };
     let (b, s_k, page, h, h_k, d) = (4, 32768, 16, 32, 8, 128);
     let q = zeros(&[b, h, d], DType::F16);

@@ -123,6 +123,7 @@ mod tests {
             even_d,
             paged: false,
             extras: false,
+            ptr32: false,
             block_m: 64,
             block_n: 64,
             threads: 128,

@@ -96,7 +96,8 @@ pub unsafe fn launch(driver: &'static Driver, call: &AttnCall, plan: &Plan, buff
     // SAFETY: the argument list is the kernel's parameter list (FwdArgs mirrors attn_fwd, checked
     // by a test against the source), the grid is the plan's, and the caller upholds the buffer
     // and stream contract above.
-    unsafe { run(driver, device, plan.kernels.fwd, plan.grid, fwd.values(), buffers.stream) }?;
+    let image = plan.kernels.fwd_for(call, plan.num_splits, &buffers);
+    unsafe { run(driver, device, image, plan.grid, fwd.values(), buffers.stream) }?;
     if plan.num_splits > 1 {
         let merge = merge_args(&fwd);
         // SAFETY: as above, with MergeArgs mirroring attn_merge; the stream orders it after attn_fwd.
@@ -162,6 +163,7 @@ mod tests {
             even_d: true,
             paged: family == Family::Fwd,
             extras: false,
+            ptr32: false,
             block_m,
             block_n,
             threads: 256,
@@ -198,7 +200,7 @@ mod tests {
         let q = Tensor::zeros((b, h, d), DType::F16, dev).unwrap();
         let kv = Tensor::zeros((b * max_blocks, page, h_k, d), DType::F16, dev).unwrap();
         let call = AttnCall::on_device(&req, [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
-        let kernels = Kernels { fwd: image(Family::Fwd, Tile::Decode, 16, 64), merge: image(Family::Merge, Tile::Merge, 16, 0) };
+        let kernels = Kernels { fwd: image(Family::Fwd, Tile::Decode, 16, 64), fwd_b32: None, merge: image(Family::Merge, Tile::Merge, 16, 0) };
         let plan = Plan::new(&call, kernels, 304).unwrap();
         assert!(plan.num_splits > 1, "{plan:?}");
         // The mock reads the low 32 bits of a launch's first argument (q, out) as its status:

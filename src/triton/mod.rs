@@ -17,6 +17,7 @@ pub mod marshal;
 pub mod offload;
 pub mod registry;
 pub mod select;
+pub mod span;
 pub mod split;
 pub mod targets;
 

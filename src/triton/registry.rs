@@ -54,6 +54,10 @@ pub struct KernelImage {
     pub paged: bool,
     /// Compiled with ALiBi, softcap and mm_prefix_ranges support.
     pub extras: bool,
+    /// Compiled with 32-bit buffer addressing (AMD only: the `_b32` twin of a 64-bit variant):
+    /// serves only calls whose every tensor spans under 2 GiB from its base pointer
+    /// ([`crate::triton::span`]).
+    pub ptr32: bool,
     /// Query rows per program (merge: (row, head) pairs).
     pub block_m: u32,
     /// Keys per step of a program's key loop; a key split is a multiple of it (merge: not

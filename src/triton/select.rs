@@ -2,6 +2,7 @@
 use super::registry::{Family, KernelDtype, KernelImage, Tile, KERNELS};
 use super::targets::{embedded, forced_target, resolve, ENV_TARGET};
 use crate::params::AttnCall;
+use crate::rocm::DeviceBuffers;
 use candle::{DType, Result};
 
 /// Query rows (times the GQA group) up to which the decode tile serves a call.
@@ -13,9 +14,24 @@ pub struct Kernels {
     /// The `attn_fwd` image: same target and dtype as the call, the smallest head-dim tile
     /// that holds its head dim, paged and extras as the call needs.
     pub fwd: &'static KernelImage,
+    /// The 32-bit buffer-addressing twin of `fwd` (AMD, where built): launched instead of it
+    /// when every tensor of the call fits ([`Kernels::fwd_for`]).
+    pub fwd_b32: Option<&'static KernelImage>,
     /// The `attn_merge` image that combines the key splits (launched only when the call is
     /// split).
     pub merge: &'static KernelImage,
+}
+
+impl Kernels {
+    /// The `attn_fwd` image to launch for `call` with `num_splits` key splits on `buffers`: the
+    /// 32-bit twin when there is one and every tensor spans under 2 GiB from its base pointer
+    /// ([`super::span::fits_32bit`]), else the 64-bit image, which serves every call.
+    pub fn fwd_for(&self, call: &AttnCall, num_splits: usize, buffers: &DeviceBuffers) -> &'static KernelImage {
+        match self.fwd_b32 {
+            Some(b32) if super::span::fits_32bit(call, num_splits, buffers) => b32,
+            _ => self.fwd,
+        }
+    }
 }
 
 /// Whether the call needs the kernels compiled with ALiBi, softcap and mm_prefix support.
@@ -26,7 +42,8 @@ pub fn needs_extras(call: &AttnCall) -> bool {
 /// Picks the kernels for `call` on a device of arch `device` among `images` (the embedded
 /// [`KERNELS`] in production): those of the target that serves the device
 /// ([`super::targets::resolve`]), the smallest head-dim tile that holds the call's head dim, the
-/// decode tile for few query rows without extras, the paged variant for a block table.
+/// decode tile for few query rows without extras, the paged variant for a block table; and its
+/// 32-bit twin, when built (same tile, launched only for calls that fit it).
 pub fn select(call: &AttnCall, device: &str, images: &'static [KernelImage]) -> Result<Kernels> {
     let forced = forced_target();
     let Some(target) = resolve(device, forced, &embedded(images)) else {
@@ -56,14 +73,18 @@ pub fn select(call: &AttnCall, device: &str, images: &'static [KernelImage]) -> 
     };
     let fwd_with = |tile: Tile| {
         smallest(Family::Fwd, &|img| {
-            img.tile == tile && img.paged == paged && img.extras == extras && img.even_d == (img.block_d == d)
+            img.tile == tile
+                && img.paged == paged
+                && img.extras == extras
+                && img.even_d == (img.block_d == d)
+                && !img.ptr32
         })
     };
     // The prefill tile serves every call; the decode tile is only a faster choice.
     let fwd = decode.then(|| fwd_with(Tile::Decode)).flatten().or_else(|| fwd_with(Tile::Prefill));
     let merge = smallest(Family::Merge, &|_| true);
     match (fwd, merge) {
-        (Some(fwd), Some(merge)) => Ok(Kernels { fwd, merge }),
+        (Some(fwd), Some(merge)) => Ok(Kernels { fwd, fwd_b32: twin_b32(fwd, images), merge }),
         _ => candle::bail!(
             "flash-attn-rocm: no Triton kernel built for {target}, {dtype:?}, head dim {d}{}{}. \
              Rebuild with FLASH_ATTN_ROCM_TRITON_DIMS holding a tile >= {d}, FLASH_ATTN_ROCM_DTYPES and \
@@ -89,6 +110,23 @@ fn rdna2_override_hint(target: &str, built: &[&str]) -> Option<String> {
             ", or run with HSA_OVERRIDE_GFX_VERSION=10.3.0 so that this {target} card reports \
              {RDNA2_OVERRIDE_TARGET} and uses the {RDNA2_OVERRIDE_TARGET} kernels this build has"
         )
+    })
+}
+
+/// The 32-bit buffer-addressing twin of `fwd` among `images`: the same variant in every field
+/// but `ptr32`, with the same launch tile (the plan is made with `fwd`'s).
+fn twin_b32(fwd: &KernelImage, images: &'static [KernelImage]) -> Option<&'static KernelImage> {
+    images.iter().find(|img| {
+        img.ptr32
+            && img.family == fwd.family
+            && img.target == fwd.target
+            && img.dtype == fwd.dtype
+            && img.block_d == fwd.block_d
+            && img.tile == fwd.tile
+            && img.even_d == fwd.even_d
+            && img.paged == fwd.paged
+            && img.extras == fwd.extras
+            && (img.block_m, img.block_n, img.threads) == (fwd.block_m, fwd.block_n, fwd.threads)
     })
 }
 

@@ -190,6 +190,36 @@ class ContractTest(unittest.TestCase):
 
 
 @unittest.skipUnless(have_triton(), "needs triton (the build's venv)")
+class BufferTwinTest(unittest.TestCase):
+    """The 32-bit buffer-addressing twins (`_b32`): AMD targets only, 64-bit variants unchanged."""
+
+    def test_twins_per_target(self):
+        base = [name for name, _, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES))]
+        for no_twins in ("sm_80", "sm_86", "sm_89", "sm_90", "gfx1030"):
+            self.assertEqual([name for name, _, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), no_twins)], base)
+        for target, twins in (("gfx1100", 72), ("gfx942", 72), ("gfx1201", 68)):
+            names = [name for name, _, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target)]
+            b32 = [n for n in names if n.endswith("_b32")]
+            self.assertEqual(len(b32), twins, target)
+            self.assertEqual([n for n in names if not n.endswith("_b32")], base)
+            self.assertTrue(all(n[:-4] in base for n in b32))
+            # None for flat prefill at the exact head dim nor for the flat extras ones.
+            self.assertFalse([n for n in b32 if n.startswith("fwd_prefill") and "_flat" in n
+                              and ("p_flat" not in n or "_x_" in n)])
+        gfx12 = [name for name, _, _ in aot.variants([128], ["fp16"], "gfx1201")]
+        self.assertNotIn("fwd_decode_fp16_d128_flat_b32", gfx12)
+        self.assertIn("fwd_decode_fp16_d128_paged_b32", gfx12)
+
+    def test_pointer_range_on_every_tensor_but_the_fault_word(self):
+        class Fn:
+            arg_names = ["Q", "Fault", "stride_qb", "BLOCK_M"]
+        pointers = {"Q": "*{dt}", "Fault": "*i32"}
+        sig, attrs = aot.signature(Fn, pointers, [], "fp16", ptr32=True)
+        self.assertEqual(attrs[(0,)], [["tt.divisibility", 16], ["tt.pointer_range", 32]])
+        self.assertEqual(attrs[(1,)], [["tt.divisibility", 16]])
+        self.assertEqual(aot.signature(Fn, pointers, [], "fp16")[1][(0,)], [["tt.divisibility", 16]])
+
+
 class RealKernelTest(unittest.TestCase):
     """The smallest kernel aot.py builds, compiled for gfx1100 (wave 32) through compile_one."""
 

@@ -47,6 +47,11 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   RDNA, at 128x64): gfx11 keeps 128x32 (22.1 instructions per 4096 MACs against AMD's 20.0,
 #   39 scratch loads in the key loop against its 35); gfx12 128x16, the one without key-loop
 #   spills (16.6 against 14.0; 128x32 gives 14.3 with 10 scratch loads in the loop).
+# - Where no tile gives both AMD's occupancy and at most its instructions, fewer instructions
+#   win unless the occupancy gap is large. gfx12 d = 64: 128x32 (f16 18.1, bf16 22.4 per 4096
+#   MACs against AMD's 19.2 / 23.1; 10 waves per SIMD against its 12) over 128x64 (15.9 / 19.8,
+#   7 waves); waves_per_eu 12 gives 12 waves at 20.6 / 25.5. gfx12 d = 128: 128x32 at 6 waves
+#   (14.3 / 16.3 against AMD's 14.7 / 16.7 at 7); waves_per_eu 7 gives 7 at 16.1 / 18.5.
 # - Paged variants compute a gather address per key: where the flat tile spills in the key
 #   loop once paged (gfx11 and gfx942 at d = 128), the paged ones get 32-key tiles.
 # - Decode: one wave of 16 rows (the GQA group of one or a few tokens), so no wave repeats
@@ -103,7 +108,7 @@ TILES = {
     ("rdna3", "prefill_paged"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (128, 32, 8, 1, 6)},
     ("rdna3", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (64, 16, 4, 1, 6), 256: (64, 16, 4, 1, 6)},
     ("rdna3", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 16, 1, 1, 6), 256: (16, 16, 1, 1, 6)},
-    ("rdna4", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (128, 16, 8, 1, 6)},
+    ("rdna4", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (128, 16, 8, 1, 6)},
     ("rdna4", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (64, 16, 4, 1, 6)},
     ("rdna4", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 32, 1, 1, 6), 256: (16, 16, 1, 1, 6)},
     ("rdna2", "prefill"): {32: (64, 16, 8, 2, 6), 64: (64, 16, 8, 2, 6), 128: (16, 16, 8, 2, 6), 256: (16, 16, 8, 1, 6)},

@@ -1,12 +1,12 @@
 """The GPU benchmark of the Triton path beside PyTorch, in one run, shape by shape.
 
-    python3 scripts/bench_gpu.py BENCH_BINARY [--quick] [--prefill-only] [--baseline OLD_BINARY]
+    python3 scripts/bench_gpu.py BENCH_BINARY [--quick] [--prefill-only | --decode-only] [--baseline OLD_BINARY]
 
 BENCH_BINARY is the `bench_gpu` example (built with `--features cuda-verify` for NVIDIA or
 `rocm` for AMD). Prefill: f16/bf16, d = 64, 128, 256 with h*d = 2048 (32, 16, 8 heads),
 b*s = 16384 tokens, s = 2048..16384, causal and not, our TFLOP/s beside
 `scaled_dot_product_attention` restricted to its flash backend (FA2). `--baseline OLD_BINARY`
-adds the prefill TFLOP/s of another build (old beside new in the same run). Decode: b = 1..16, 32 query / 8 k/v heads, d=128, s_k = 4k..128k, beside PyTorch's
+adds the prefill TFLOP/s and the decode times of another build (old beside new in the same run). Decode: b = 1..16, 32 query / 8 k/v heads, d=128, s_k = 4k..128k, beside PyTorch's
 fastest backend for it (cuDNN, memory-efficient or flash, enable_gqa), and the K/V bytes read
 per second as a fraction of the GPU's device-to-device copy bandwidth (read + write); paged
 decode (pages of 16 and 256, shuffled table) has no PyTorch counterpart, so its rows stand
@@ -60,6 +60,13 @@ def main():
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
     bw = copy_bandwidth()
     print(f"# device-to-device copy bandwidth (read + write): {bw:.0f} GB/s")
+    if "--decode-only" not in sys.argv:
+        prefill(binary, baseline, quick)
+    if "--prefill-only" not in sys.argv:
+        decode(binary, baseline, quick, bw)
+
+
+def prefill(binary, baseline, quick):
     old_col = " baseline TFLOP/s |" if baseline else ""
     print(f"| prefill | dtype | d | b x s x h | causal |{old_col} ours TFLOP/s | SDPA flash TFLOP/s | ours / SDPA |")
     print("|---|---|---|---|---|" + ("---|" if baseline else "") + "---|---|---|")
@@ -77,28 +84,36 @@ def main():
                 old = f" {ours(baseline, 'prefill', dtype_name, b, s, h, d, int(causal))['tflops']} |" if baseline else ""
                 print(f"| | {dtype_name} | {d} | {b} x {s} x {h} | {causal} |{old} {r['tflops']} | {torch_tf:.1f} | {ratio:.2f} |")
                 del q, k, v
-    if "--prefill-only" in sys.argv:
-        return
+
+
+def decode(binary, baseline, quick, bw):
+    old_col, old_sep = (" baseline ms | ours / baseline |", "---|---|") if baseline else ("", "")
+
+    def old(*args, ms):
+        return f" {(t := ours(baseline, *args)['ms'])} | {float(ms) / float(t):.2f} |" if baseline else ""
+
     print()
-    print("| decode (GQA 32/8, d=128, f16) | b | s_k | splits | ours ms | torch ms (backend) | ours / torch time | ours K/V GB/s | fraction of copy bandwidth |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"| decode (GQA 32/8, d=128, f16) | b | s_k | splits |{old_col} ours ms | torch ms (backend) | ours / torch time | ours K/V GB/s | fraction of copy bandwidth |")
+    print(f"|---|---|---|---|{old_sep}---|---|---|---|---|")
     for b in ((1, 16) if quick else (1, 4, 16)):
         for s_k in ((4096, 131072) if quick else (4096, 16384, 32768, 131072)):
-            r = ours(binary, "decode", "f16", b, s_k, 32, 8, 128)
+            args = ("decode", "f16", b, s_k, 32, 8, 128)
+            r = ours(binary, *args)
             t_torch, backend = torch_decode(b, s_k)
             ratio = float(r["ms"]) / (t_torch * 1e3)
-            print(f"| | {b} | {s_k} | {r['splits']} | {r['ms']} | {t_torch * 1e3:.4f} ({backend}) | {ratio:.2f} | "
+            print(f"| | {b} | {s_k} | {r['splits']} |{old(*args, ms=r['ms'])} {r['ms']} | {t_torch * 1e3:.4f} ({backend}) | {ratio:.2f} | "
                   f"{r['kv_gbps']} | {float(r['kv_gbps']) / bw:.2f} |")
     print()
-    print("| paged decode (GQA 32/8, d=128, f16; PyTorch has no paged SDPA: its best flat decode) | b | s_k | page | splits | ours ms | torch flat ms (backend) | ours / torch time | K/V GB/s | fraction of copy bandwidth |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| paged decode (GQA 32/8, d=128, f16; PyTorch has no paged SDPA: its best flat decode) | b | s_k | page | splits |{old_col} ours ms | torch flat ms (backend) | ours / torch time | K/V GB/s | fraction of copy bandwidth |")
+    print(f"|---|---|---|---|---|{old_sep}---|---|---|---|---|")
     for b in ((4,) if quick else (1, 4, 16)):
         for s_k in ((32768,) if quick else (32768, 131072)):
             t_torch, backend = torch_decode(b, s_k)
             for page in (16, 256):
-                r = ours(binary, "paged", "f16", b, s_k, 32, 8, 128, page)
+                args = ("paged", "f16", b, s_k, 32, 8, 128, page)
+                r = ours(binary, *args)
                 ratio = float(r["ms"]) / (t_torch * 1e3)
-                print(f"| | {b} | {s_k} | {page} | {r['splits']} | {r['ms']} | {t_torch * 1e3:.4f} ({backend}) | {ratio:.2f} | "
+                print(f"| | {b} | {s_k} | {page} | {r['splits']} |{old(*args, ms=r['ms'])} {r['ms']} | {t_torch * 1e3:.4f} ({backend}) | {ratio:.2f} | "
                       f"{r['kv_gbps']} | {float(r['kv_gbps']) / bw:.2f} |")
 
 

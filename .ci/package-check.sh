@@ -62,7 +62,10 @@ package() {
             echo "package-check: $name.crate is over the registry limit" >&2
             status=1
         fi
-        tar -xzf "$crate" -C "$work"
+        # -m: the files get the time of extraction. cargo package stamps every file with one fixed
+        # date, so with the original times a rerun would reuse the build script and library
+        # compiled from an earlier package in the shared target directory.
+        tar -xmzf "$crate" -C "$work"
     done
     return $status
 }

@@ -127,7 +127,11 @@ TILES = {
     ("sm90", "prefill_x"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (128, 64, 8, 2, 0)},
     ("sm90", "decode"): {32: (16, 128, 4, 3, 0), 64: (16, 128, 4, 3, 0), 128: (16, 128, 4, 3, 0), 256: (16, 64, 4, 2, 0)},
 }
-MERGE_BLOCK_R = 16
+# attn_merge: one packed row per program (the manifest's block_m), the splits read BLOCK_S at a
+# time (its block_n): BLOCK_S x the head-dim tile = 2,048 f32 partials per load block, 16 per
+# thread of its 4 warps on NVIDIA and RDNA (8 on CDNA's 64-lane waves).
+MERGE_ROWS = 1
+MERGE_PARTIALS = 2048
 MERGE_WARPS = 4
 
 # 32-bit buffer addressing: AMD variants compiled with every tensor argument (Fault excepted)
@@ -285,9 +289,9 @@ def compile_one(job):
                       "PAGED": fields["paged"], "EXTRAS": fields["extras"]}
     else:
         fn = attention.attn_merge
-        bm, bn, warps, stages, waves_per_eu = MERGE_BLOCK_R, 0, MERGE_WARPS, 1, 0
+        bm, bn, warps, stages, waves_per_eu = MERGE_ROWS, MERGE_PARTIALS // fields["block_d"], MERGE_WARPS, 1, 0
         sig, attrs = signature(fn, MERGE_POINTERS, [], dtype)
-        constexprs = {"BLOCK_R": MERGE_BLOCK_R, "BLOCK_D": fields["block_d"]}
+        constexprs = {"BLOCK_S": bn, "BLOCK_D": fields["block_d"]}
     for key in constexprs:
         sig[key] = "constexpr"
     started = time.time()

@@ -340,41 +340,50 @@ def attn_merge(
     stride_om, stride_oh, stride_lb, stride_lh,
     is_varlen, seqlen_q, seqlen_k, rows_per_batch, total_rows, kv_rows, kv_len_cap,
     num_heads, num_heads_k, head_dim, num_splits,
-    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """Combines the split partials (weights 2^(lse_s - max)) of BLOCK_R packed rows of one
-    sequence and k/v head: attn_fwd's grid and row packing, so it reads exactly the accumulator
-    rows attn_fwd wrote and never the rest (rows outside every sequence, emptied sequences)."""
-    pid_m = tl.program_id(0)
+    """Combines the split partials (weights 2^(lse_s - max)) of one packed row of one sequence
+    and k/v head: attn_fwd's grid with one row per program, so it reads exactly the accumulator
+    rows attn_fwd wrote and never the rest (rows outside every sequence, emptied sequences).
+    The splits are read BLOCK_S at a time, each block's loads issued together: the merge sits
+    between attn_fwd and the result, so its time is its chain of memory round trips (one per
+    block of splits here; a loop of one split at a time waited once per split)."""
+    row = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // num_heads_k
     hk = pid_bh % num_heads_k
     group = num_heads // num_heads_k
     q_start, q_len, _k_start, _k_len, _fault = _sequence(CuSeqQ, CuSeqK, b, is_varlen, seqlen_q, seqlen_k,
                                                          total_rows, kv_rows, kv_len_cap)
-    rows = q_len * group
-    if pid_m * BLOCK_R >= rows:
+    if row >= q_len * group:
         return
-    offs_r = pid_m * BLOCK_R + tl.arange(0, BLOCK_R)
-    valid = offs_r < rows
+    # A block of one row: the shapes _normalize and _store_rows take.
+    offs_r = row + tl.arange(0, 1)
     i = offs_r // group
     head = hk * group + offs_r % group
     out_row = _i64(b * rows_per_batch + q_start + i)
     idx = out_row * num_heads + head
     offs_d = tl.arange(0, BLOCK_D)
-    mask = valid[:, None] & (offs_d[None, :] < head_dim)
+    d_mask = offs_d < head_dim
     split_stride = _i64(total_rows) * num_heads
-    m = tl.full([BLOCK_R], float("-inf"), tl.float32)
-    for s in range(0, num_splits):
-        m = tl.maximum(m, tl.load(LAcc + s * split_stride + idx, mask=valid, other=float("-inf")))
+    m = tl.full([1], float("-inf"), tl.float32)
+    total = tl.zeros([1], tl.float32)
+    acc = tl.zeros([1, BLOCK_D], tl.float32)
+    for s0 in range(0, num_splits, BLOCK_S):
+        offs_s = s0 + tl.arange(0, BLOCK_S)
+        at = offs_s[:, None] * split_stride + idx[None, :]
+        s_mask = (offs_s < num_splits)[:, None]
+        lse_s = tl.load(LAcc + at, mask=s_mask, other=float("-inf"))
+        part = tl.load(OAcc + at * head_dim + offs_d[None, :], mask=s_mask & d_mask[None, :], other=0.0)
+        m_new = tl.maximum(m, tl.max(lse_s, 0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m - m_safe)
+        w = tl.math.exp2(lse_s - m_safe[None, :])
+        total = total * alpha + tl.sum(w, 0)
+        acc = acc * alpha[:, None] + tl.sum(w * part, 0, keep_dims=True)
+        m = m_new
     m_safe = tl.where(m == float("-inf"), 0.0, m)
-    total = tl.zeros([BLOCK_R], tl.float32)
-    acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
-    for s in range(0, num_splits):
-        w = tl.math.exp2(tl.load(LAcc + s * split_stride + idx, mask=valid, other=float("-inf")) - m_safe)
-        part = tl.load(OAcc + (s * split_stride + idx)[:, None] * head_dim + offs_d[None, :], mask=mask, other=0.0)
-        acc += w[:, None] * part
-        total += w
     out, lse2 = _normalize(acc, m_safe, total)
-    _store_rows(Out, Lse, out, lse2, out_row, b, head, q_start + i, offs_d, mask, valid,
+    valid = offs_r < q_len * group
+    _store_rows(Out, Lse, out, lse2, out_row, b, head, q_start + i, offs_d, valid[:, None] & d_mask[None, :], valid,
                 stride_om, stride_oh, stride_lb, stride_lh)

@@ -6,7 +6,7 @@ BENCH_BINARY is the `bench_gpu` example (built with `--features cuda-verify` for
 `rocm` for AMD). Prefill: f16/bf16, d = 64, 128, 256 with h*d = 2048 (32, 16, 8 heads),
 b*s = 16384 tokens, s = 2048..16384, causal and not, our TFLOP/s beside
 `scaled_dot_product_attention` restricted to its flash backend (FA2). `--baseline OLD_BINARY`
-adds the prefill TFLOP/s and the decode times of another build (old beside new in the same run). Decode: b = 1..16, 32 query / 8 k/v heads, d=128, s_k = 4k..128k, beside PyTorch's
+adds the prefill TFLOP/s and the decode times of another build (old beside new in the same run). Decode: b = 1..64, 32 query / 8 k/v heads, d=128, s_k = 1k..128k, beside PyTorch's
 fastest backend for it (cuDNN, memory-efficient or flash, enable_gqa), and the K/V bytes read
 per second as a fraction of the GPU's device-to-device copy bandwidth (read + write); paged
 decode (pages of 16 and 256, shuffled table) has no PyTorch counterpart, so its rows stand
@@ -37,6 +37,19 @@ def timed(fn, reps=7):
             fn()
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t) / iters)
+    return statistics.median(times)
+
+
+def latency(fn, reps=51):
+    """Median launch-to-result time of one call (launch, then wait for it)."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
     return statistics.median(times)
 
 
@@ -93,22 +106,24 @@ def decode(binary, baseline, quick, bw):
         return f" {(t := ours(baseline, *args)['ms'])} | {float(ms) / float(t):.2f} |" if baseline else ""
 
     print()
-    print(f"| decode (GQA 32/8, d=128, f16) | b | s_k | splits |{old_col} ours ms | torch ms (backend) | ours / torch time | ours K/V GB/s | fraction of copy bandwidth |")
-    print(f"|---|---|---|---|{old_sep}---|---|---|---|---|")
-    for b in ((1, 16) if quick else (1, 4, 16)):
-        for s_k in ((4096, 131072) if quick else (4096, 16384, 32768, 131072)):
-            args = ("decode", "f16", b, s_k, 32, 8, 128)
-            r = ours(binary, *args)
-            t_torch, backend = torch_decode(b, s_k)
-            ratio = float(r["ms"]) / (t_torch * 1e3)
-            print(f"| | {b} | {s_k} | {r['splits']} |{old(*args, ms=r['ms'])} {r['ms']} | {t_torch * 1e3:.4f} ({backend}) | {ratio:.2f} | "
-                  f"{r['kv_gbps']} | {float(r['kv_gbps']) / bw:.2f} |")
+    print(f"| decode (GQA 32/8, d=128, f16) | b | s_k | splits |{old_col} ours ms | torch ms (backend) | ours / torch time | ours K/V GB/s | fraction of copy bandwidth | latency us, ours / torch |")
+    print(f"|---|---|---|---|{old_sep}---|---|---|---|---|---|")
+    shapes = [(1, 4096), (1, 131072), (16, 4096), (16, 131072)] if quick else (
+        [(1, s_k) for s_k in (1024, 2048, 4096, 16384, 32768, 131072)]
+        + [(b, s_k) for b in (4, 16) for s_k in (4096, 16384, 32768, 131072)] + [(64, 1024), (64, 4096)])
+    for b, s_k in shapes:
+        args = ("decode", "f16", b, s_k, 32, 8, 128)
+        r = ours(binary, *args)
+        t_torch, backend, lat_torch = torch_decode(b, s_k)
+        ratio = float(r["ms"]) / (t_torch * 1e3)
+        print(f"| | {b} | {s_k} | {r['splits']} |{old(*args, ms=r['ms'])} {r['ms']} | {t_torch * 1e3:.4f} ({backend}) | {ratio:.2f} | "
+              f"{r['kv_gbps']} | {float(r['kv_gbps']) / bw:.2f} | {r['latency_us']} / {lat_torch * 1e6:.1f} |")
     print()
     print(f"| paged decode (GQA 32/8, d=128, f16; PyTorch has no paged SDPA: its best flat decode) | b | s_k | page | splits |{old_col} ours ms | torch flat ms (backend) | ours / torch time | K/V GB/s | fraction of copy bandwidth |")
     print(f"|---|---|---|---|---|{old_sep}---|---|---|---|---|")
     for b in ((4,) if quick else (1, 4, 16)):
         for s_k in ((32768,) if quick else (32768, 131072)):
-            t_torch, backend = torch_decode(b, s_k)
+            t_torch, backend, _ = torch_decode(b, s_k)
             for page in (16, 256):
                 args = ("paged", "f16", b, s_k, 32, 8, 128, page)
                 r = ours(binary, *args)
@@ -119,7 +134,8 @@ def decode(binary, baseline, quick, bw):
 
 def torch_decode(b, s_k):
     """PyTorch's fastest decode for one query row against GQA 32/8 K/V: cuDNN's SDPA with
-    enable_gqa where it takes the call, else the memory-efficient backend. (seconds, backend)"""
+    enable_gqa where it takes the call, else the memory-efficient backend. (seconds per call in
+    a burst, backend, launch-to-result seconds of one call)"""
     q = torch.randn(b, 32, 1, 128, device="cuda", dtype=torch.float16)
     k, v = (torch.randn(b, 8, s_k, 128, device="cuda", dtype=torch.float16) for _ in range(2))
     best = None
@@ -131,8 +147,10 @@ def torch_decode(b, s_k):
         except RuntimeError:
             continue
         if best is None or t < best[0]:
-            best = (t, name)
-    return best
+            best = (t, name, backend)
+    with sdpa_kernel(best[2]):
+        lat = latency(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+    return best[0], best[1], lat
 
 if __name__ == "__main__":
     main()

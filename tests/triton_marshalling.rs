@@ -37,7 +37,7 @@ fn image(tile: Tile, family: Family, block_d: u32, even_d: bool, paged: bool, ex
     let (block_m, block_n) = match tile {
         Tile::Prefill => (64, 32),
         Tile::Decode => (16, 64),
-        Tile::Merge => (16, 0),
+        Tile::Merge => (1, 16),
     };
     KernelImage {
         target: "gfx1100",
@@ -220,8 +220,8 @@ fn paged_arguments_with_any_page_size_and_a_split_decode() {
     assert_eq!(FwdArgs { num_splits: 3, ..FwdArgs::default() }.values()[at], ArgValue::I32(3));
     // The kernels check the seqlens and table against these bounds.
     assert_eq!((a.kv_rows, a.kv_len_cap, a.num_blocks), (i32::MAX, 2001, blocks as i32));
-    // The merge runs over attn_fwd's sequences and k/v heads, 16 packed rows a program.
-    assert_eq!(plan.merge_grid, [(h / h_k).div_ceil(16) as u32, (2 * h_k) as u32, 1]);
+    // The merge runs over attn_fwd's sequences and k/v heads, one packed row a program.
+    assert_eq!(plan.merge_grid, [(h / h_k) as u32, (2 * h_k) as u32, 1]);
     let m = merge_args(&a);
     assert_eq!((m.cu_seqlens_q, m.cu_seqlens_k, m.is_varlen, m.num_heads_k), (a.cu_seqlens_q, a.cu_seqlens_k, 1, h_k as i32));
     assert_eq!((m.kv_rows, m.kv_len_cap, m.seqlen_q), (a.kv_rows, a.kv_len_cap, 1));

@@ -1,6 +1,7 @@
 //! Times the Triton path on the current GPU (device 0 of HIP, or of the CUDA driver in a
 //! `cuda-verify` build): one shape per run, the median of 7 timed repetitions, each a burst of
-//! launches closed by one synchronize. Prints one line `key=value ...` for
+//! launches closed by one synchronize (`ms`), and the median launch-to-result latency of one call
+//! followed by a synchronize (`latency_us`). Prints one line `key=value ...` for
 //! scripts/bench_gpu.py, which interleaves it with PyTorch's SDPA.
 //!
 //! Inputs are left as allocated: timing does not depend on the values (the paged mode's block
@@ -169,15 +170,26 @@ fn main() -> anyhow::Result<()> {
             Ok(t.elapsed().as_secs_f64() / iters as f64)
         })
         .collect::<anyhow::Result<_>>()?;
+    // Launch-to-result latency: one call, then wait for it (the token loop's view at b=1).
+    let mut latencies: Vec<f64> = (0..51)
+        .map(|_| {
+            let t = Instant::now();
+            run()?;
+            driver.synchronize()?;
+            Ok(t.elapsed().as_secs_f64())
+        })
+        .collect::<anyhow::Result<_>>()?;
     flash_attn_rocm::triton::take_faults(driver)?;
     times.sort_by(f64::total_cmp);
+    latencies.sort_by(f64::total_cmp);
     let t = times[3];
     let (b, h, h_k, d) = (x.b, x.h, x.h_k, x.d);
     let flops = 4.0 * (b * h * x.s_q * x.s_k * d) as f64 / if x.causal { 2.0 } else { 1.0 };
     let kv_bytes = 2.0 * (b * x.s_k * h_k * d * 2) as f64;
     println!(
-        "ms={:.4} tflops={:.1} kv_gbps={:.1} splits={} tile={:?} block_m={} block_n={}",
+        "ms={:.4} latency_us={:.1} tflops={:.1} kv_gbps={:.1} splits={} tile={:?} block_m={} block_n={}",
         t * 1e3,
+        latencies[25] * 1e6,
         flops / t / 1e12,
         kv_bytes / t / 1e9,
         plan.num_splits,

@@ -58,10 +58,10 @@ pub struct KernelImage {
     /// serves only calls whose every tensor spans under 2 GiB from its base pointer
     /// ([`crate::triton::span`]).
     pub ptr32: bool,
-    /// Query rows per program (merge: (row, head) pairs).
+    /// Query rows per program (merge: packed rows, one).
     pub block_m: u32,
-    /// Keys per step of a program's key loop; a key split is a multiple of it (merge: not
-    /// used).
+    /// Keys per step of a program's key loop; a key split is a multiple of it (merge: splits
+    /// read per step).
     pub block_n: u32,
     /// Threads per block (warps x wave size).
     pub threads: u32,

@@ -204,6 +204,21 @@ def gpu_target(target):
     return GPUTarget("hip", target, 64 if kind == "cdna" else 32)
 
 
+def page_tiles(target, fields):
+    """Whether `target`'s paged variants get attn_fwd's loop for pages that hold whole key tiles
+    (the table read once per tile, not once per key). NVIDIA: H200, paged decode with pages of
+    256, 3-4% less time (JIT, CUDA-graph timing: b=4 32k 132.1 us against 136.0, b=16 32k 489.0
+    against 502.7, b=1 32k 43.1 against 46.2). Not AMD: with triton 3.6 the second loop pushes the
+    kernels into scratch (gfx1100 paged decode d=128: 0 to 280 bytes, 14 scratch loads in the
+    key loop; gfx1201 paged prefill_x d=128: 20), which the kernel report's check refuses.
+    Decode tiles up to d=128 only: the second loop's loads no longer wait on a table load, so
+    the pipeliner gives them deeper buffers where the tile has stages to spare, which costs shared
+    memory where the K/V tiles are large (sm_90 paged decode d=256: 139 KiB against 75, one
+    resident program per SM instead of two; paged prefill d=256: 320 KiB, over the 227 a block
+    may have); at d <= 128 the decode tiles keep their shared memory."""
+    return target_kind(target) == "cuda" and fields["tile"] == "decode" and fields["block_d"] <= 128
+
+
 def buffer_twin(target, fields):
     """Whether `target` gets a 32-bit buffer-addressing twin of the attn_fwd variant `fields`."""
     # NVIDIA has no buffer instructions; RDNA 2's twins were never measured (it came after them).
@@ -286,7 +301,7 @@ def compile_one(job):
         bm, bn, warps, stages, waves_per_eu = kernel_tile(target, fields)
         sig, attrs = signature(fn, FWD_POINTERS, FWD_FLOATS, dtype, fields.get("ptr32", False))
         constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": fields["block_d"], "EVEN_D": fields["even_d"],
-                      "PAGED": fields["paged"], "EXTRAS": fields["extras"]}
+                      "PAGED": fields["paged"], "EXTRAS": fields["extras"], "PAGE_TILES": page_tiles(target, fields)}
     else:
         fn = attention.attn_merge
         bm, bn, warps, stages, waves_per_eu = MERGE_ROWS, MERGE_PARTIALS // fields["block_d"], MERGE_WARPS, 1, 0

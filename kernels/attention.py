@@ -25,7 +25,8 @@ that sees no key gets output 0 and LSE -inf.
 Compile-time switches (each a separate code object): BLOCK_M/BLOCK_N (tile), BLOCK_D (head dim
 padded to a power of two), EVEN_D (head_dim == BLOCK_D: no masks on the head dim), PAGED (k/v
 gathered through a block table, any page size), EXTRAS (ALiBi, softcap and mm_prefix_ranges,
-each then switched at run time). Everything else, the batch/varlen choice included, is a
+each then switched at run time); PAGE_TILES (per target, not a variant: paged variants get a
+second key loop for pages that hold whole tiles, chosen at run time). Everything else, the batch/varlen choice included, is a
 run-time argument so that one code object serves every shape.
 """
 
@@ -108,12 +109,24 @@ def _attend(
     qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
     row_lo, row_hi, pre_lo, pre_hi,
     BLOCK_N: tl.constexpr, PAGED: tl.constexpr, EXTRAS: tl.constexpr,
-    MASKED: tl.constexpr, EVEN_D: tl.constexpr,
+    MASKED: tl.constexpr, EVEN_D: tl.constexpr, WHOLE_PAGES: tl.constexpr,
 ):
-    """Online softmax over the key tiles [start, end) (start tile-aligned)."""
+    """Online softmax over the key tiles [start, end) (start tile-aligned). WHOLE_PAGES: every
+    tile lies in one page (the page size a multiple of BLOCK_N, every key below k_len), so the
+    table is read once per tile instead of once per key."""
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
-        if PAGED:
+        if PAGED and WHOLE_PAGES:
+            column, first = _divmod(n0, page_size, page_magic)
+            page = tl.load(table_row + column)
+            # A block id outside the cache reads block 0 and is reported.
+            bad_page = (page < 0) | (page >= num_blocks)
+            tl.atomic_or(Fault, 4, mask=bad_page, sem="relaxed", scope="sys")
+            page = _i64(tl.where(bad_page, 0, page))
+            slot = first + tl.arange(0, BLOCK_N)
+            k_rows = page * stride_kb + slot * stride_kn
+            v_rows = page * stride_vb + slot * stride_vn
+        elif PAGED:
             in_seq = offs_n < k_len
             column, slot = _divmod(offs_n, page_size, page_magic)
             page = tl.load(table_row + column, mask=in_seq, other=0)
@@ -191,7 +204,7 @@ def attn_fwd(
     has_softcap, has_alibi, num_mm_ranges,
     num_splits, split_len,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    EVEN_D: tl.constexpr, PAGED: tl.constexpr, EXTRAS: tl.constexpr,
+    EVEN_D: tl.constexpr, PAGED: tl.constexpr, EXTRAS: tl.constexpr, PAGE_TILES: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -288,17 +301,26 @@ def attn_fwd(
                             k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                             qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
                             row_lo, row_hi, pre_lo, pre_hi,
-                            BLOCK_N, PAGED, EXTRAS, True, EVEN_D)
-    acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f0, f1,
-                            k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
-                            qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
-                            row_lo, row_hi, pre_lo, pre_hi,
-                            BLOCK_N, PAGED, EXTRAS, False, EVEN_D)
+                            BLOCK_N, PAGED, EXTRAS, True, EVEN_D, False)
+    # The unmasked tiles. With PAGE_TILES, pages holding whole tiles get a loop of their own
+    # that reads the table once per tile (kernels/aot.py says where it is compiled in).
+    if PAGED and PAGE_TILES and page_size % BLOCK_N == 0:
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f0, f1,
+                                k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
+                                qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
+                                row_lo, row_hi, pre_lo, pre_hi,
+                                BLOCK_N, PAGED, EXTRAS, False, EVEN_D, True)
+    else:
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f0, f1,
+                                k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
+                                qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
+                                row_lo, row_hi, pre_lo, pre_hi,
+                                BLOCK_N, PAGED, EXTRAS, False, EVEN_D, False)
     acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f1, end,
                             k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                             qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
                             row_lo, row_hi, pre_lo, pre_hi,
-                            BLOCK_N, PAGED, EXTRAS, True, EVEN_D)
+                            BLOCK_N, PAGED, EXTRAS, True, EVEN_D, False)
 
     out, lse2 = _normalize(acc, m_i, l_i)
     out_row = _i64(b * rows_per_batch + q_start + i)

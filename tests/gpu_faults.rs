@@ -42,7 +42,10 @@ fn side_tensors_on_the_gpu() {
     take_faults(driver).expect("no fault before the first call");
     rows_outside_every_sequence_with_split_keys(driver, &mut rng);
     zero_query_rows_with_keys(driver, &mut rng);
-    bad_block_ids_read_block_zero_and_are_reported(driver, &mut rng);
+    // Pages smaller than a key tile (the table read per key) and pages of whole tiles (read
+    // once per tile on NVIDIA: kernels/aot.py's page_tiles), with sequences of full tiles.
+    bad_block_ids_read_block_zero_and_are_reported(driver, &mut rng, 16, [(2, 70), (1, 50), (3, 33)]);
+    bad_block_ids_read_block_zero_and_are_reported(driver, &mut rng, 256, [(2, 700), (1, 500), (3, 333)]);
     bad_seqlens_empty_their_sequence_and_are_reported(driver, &mut rng);
     queued_paged_call_does_not_wait_for_the_gpu(driver);
 }
@@ -110,19 +113,19 @@ fn zero_query_rows_with_keys(driver: &'static Driver, rng: &mut StdRng) {
     assert!(out.is_empty() && lse.is_empty());
 }
 
-/// A paged call of three sequences whose table row 1 names a block outside the cache (also as
-/// a u32 that reads as a negative i32): the call runs, the other sequences are right, the bad
-/// id reads block 0, and the next check reports `block_table`.
-fn bad_block_ids_read_block_zero_and_are_reported(driver: &'static Driver, rng: &mut StdRng) {
-    let (h, h_k, d, page) = (8, 2, 64, 16);
-    let lens = [(2, 70), (1, 50), (3, 33)];
+/// A paged call of three sequences (`lens`: query rows, keys) whose table row 1 names a block
+/// outside the cache (also as a u32 that reads as a negative i32): the call runs, the other
+/// sequences are right, the bad id reads block 0, and the next check reports `block_table`.
+fn bad_block_ids_read_block_zero_and_are_reported(driver: &'static Driver, rng: &mut StdRng, page: usize, lens: [(usize, usize); 3]) {
+    let (h, h_k, d) = (8, 2, 64);
+    let max_k = lens.iter().map(|l| l.1).max().unwrap();
     let r = ragged(rng, &lens, (h, h_k, d), DType::F16);
     let p = paginate(rng, &r, page, 1);
     let num_blocks = p.k_pages.dim(0).unwrap() as u32;
     let (sq, sk) = r.seqlens();
     let paged = |table: &Tensor| -> candle::Result<Result2> {
         let (out, lse) = fa::flash_attn_varlen_paged_windowed_with_lse(
-            &r.q, &p.k_pages, &p.v_pages, &sq, &sk, table, None, 3, 70, SCALE, None, Some(0), page, None,
+            &r.q, &p.k_pages, &p.v_pages, &sq, &sk, table, None, 3, max_k, SCALE, None, Some(0), page, None,
         )?;
         Ok((values(&out), values(&lse)))
     };

@@ -139,19 +139,36 @@ def run_case(rng, dev, case):
     mm_t = torch.tensor(ranges, device=dev, dtype=torch.int32) if mm else dummy_i32
     oacc = torch.empty(splits, total_rows, h, d, device=dev)
     lacc = torch.empty(splits, total_rows, h, device=dev)
+    fault = torch.zeros(1, device=dev, dtype=torch.int32)
+    # The bounds the kernels check the side tensors against (src/triton/marshal.rs): k/v rows
+    # and keys per sequence, the page divisor, the cache's blocks.
+    if mode == "batch":
+        seqlen_q, seqlen_k, kv_rows, kv_len_cap, num_blocks = sqs, sks, sks, sks, 0
+    else:
+        seqlen_q, seqlen_k = max(l[0] for l in lens), max_k
+        kv_rows = 2**31 - 1 if mode == "paged" else k.shape[0]
+        kv_len_cap = min(max_k, maxb * page) if mode == "paged" else max_k
+        num_blocks = nblocks if mode == "paged" else 0
+    magic = 0xFFFFFFFF // max(page, 1)
+    page_magic = magic - 2**32 if magic >= 2**31 else magic
     grid = (math.ceil(max(max(l[0] for l in lens), 1) * g / block_m), b * h_k, splits)
     attention.attn_fwd[grid](
-        q, k, v, out, lse, oacc, lacc, cu_q, cu_k, table, slopes if alibi else lse, mm_t,
+        q, k, v, out, lse, oacc, lacc, cu_q, cu_k, table, slopes if alibi else lse, mm_t, fault,
         scale, softcap or 0.0, *qst, *kst, *vst, h * d, d, *lse_strides, stride_bt, mm_t.stride(0) if mm else 0,
-        is_varlen, sqs, sks, rows_per_batch, total_rows, h, h_k, d, left, right, max(page, 1),
+        is_varlen, seqlen_q, seqlen_k, rows_per_batch, total_rows, kv_rows, kv_len_cap, h, h_k, d, left, right,
+        max(page, 1), page_magic, num_blocks,
         int(softcap is not None), int(alibi), len(ranges[0]) if mm else 0, splits, split_len,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, EVEN_D=(d == block_d), PAGED=(mode == "paged"),
-        EXTRAS=extras, num_warps=warps, num_stages=1)
+        EXTRAS=extras, PAGE_TILES=(mode == "paged" and torch.version.hip is None), num_warps=warps, num_stages=1)
     if splits > 1:
-        attention.attn_merge[(math.ceil(total_rows * h / 16),)](
-            out, lse, oacc, lacc, h * d, d, *lse_strides, rows_per_batch, total_rows, h, d, splits,
-            BLOCK_R=16, BLOCK_D=block_d, num_warps=4)
+        attention.attn_merge[(max(max(l[0] for l in lens), 1) * g, b * h_k)](
+            out, lse, oacc, lacc, cu_q, cu_k, h * d, d, *lse_strides,
+            is_varlen, seqlen_q, seqlen_k, rows_per_batch, total_rows, kv_rows, kv_len_cap, h, h_k, d, splits,
+            BLOCK_S=2048 // block_d, BLOCK_D=block_d, num_warps=4)
     torch.cuda.synchronize()
+    if fault.item() != 0:
+        print(f"FAIL case {case}: fault word {fault.item()} on valid side tensors")
+        return False, float("inf")
     worst = 0.0
     row = 0
     for bi, (sq, sk) in enumerate(lens):

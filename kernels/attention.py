@@ -26,8 +26,8 @@ Compile-time switches (each a separate code object): BLOCK_M/BLOCK_N (tile), BLO
 padded to a power of two), EVEN_D (head_dim == BLOCK_D: no masks on the head dim), PAGED (k/v
 gathered through a block table, any page size), EXTRAS (ALiBi, softcap and mm_prefix_ranges,
 each then switched at run time); PAGE_TILES (per target, not a variant: paged variants get a
-second key loop for pages that hold whole tiles, chosen at run time). Everything else, the batch/varlen choice included, is a
-run-time argument so that one code object serves every shape.
+second key loop for pages that hold whole tiles, chosen at run time). Everything else, the
+batch/varlen choice included, is a run-time argument so that one code object serves every shape.
 """
 
 import triton
@@ -368,8 +368,8 @@ def attn_merge(
     and k/v head: attn_fwd's grid with one row per program, so it reads exactly the accumulator
     rows attn_fwd wrote and never the rest (rows outside every sequence, emptied sequences).
     The splits are read BLOCK_S at a time, each block's loads issued together: the merge sits
-    between attn_fwd and the result, so its time is its chain of memory round trips (one per
-    block of splits here; a loop of one split at a time waited once per split)."""
+    between attn_fwd and the result, so its time is its chain of memory round trips, one per
+    BLOCK_S splits."""
     row = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // num_heads_k

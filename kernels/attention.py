@@ -263,7 +263,9 @@ def attn_fwd(
             full_lo = k_len
             full_hi = k_len * 0
 
-    # Tiles: [start, f0) masked, [f0, f1) unmasked, [f1, end) masked; then the split's share.
+    # Tiles: [start, f0) masked, [f0, f1) unmasked, [f1, end) masked; then the split's share,
+    # counted from the block's first tile: a window's keys spread over every split (the plan
+    # sizes the splits by Window::key_span, not by the whole cache).
     start = (lo // BLOCK_N) * BLOCK_N
     end = hi
     f0 = tl.maximum(tl.cdiv(full_lo, BLOCK_N) * BLOCK_N, start)
@@ -271,7 +273,7 @@ def attn_fwd(
     if f1 <= f0:
         f0 = end
         f1 = end
-    s_lo = split * split_len
+    s_lo = start + split * split_len
     s_hi = s_lo + split_len
     start = tl.minimum(tl.maximum(start, s_lo), s_hi)
     f0 = tl.minimum(tl.maximum(f0, start), s_hi)

@@ -1,6 +1,6 @@
 """The GPU benchmark of the Triton path beside PyTorch, in one run, shape by shape.
 
-    python3 scripts/bench_gpu.py BENCH_BINARY [--quick] [--prefill-only | --decode-only] [--baseline OLD_BINARY]
+    python3 scripts/bench_gpu.py BENCH_BINARY [--quick] [--prefill-only | --decode-only | --extras-only] [--baseline OLD_BINARY]
 
 BENCH_BINARY is the `bench_gpu` example (built with `--features cuda-verify` for NVIDIA or
 `rocm` for AMD). Prefill: f16/bf16, d = 64, 128, 256 with h*d = 2048 (32, 16, 8 heads),
@@ -10,7 +10,9 @@ adds the prefill TFLOP/s and the decode times of another build (old beside new i
 fastest backend for it (cuDNN, memory-efficient or flash, enable_gqa), and the K/V bytes read
 per second as a fraction of the GPU's device-to-device copy bandwidth (read + write); paged
 decode (pages of 16 and 256, shuffled table) has no PyTorch counterpart, so its rows stand
-beside PyTorch's fastest flat decode of the same shape (issue 27's bar).
+beside PyTorch's fastest flat decode of the same shape (issue 27's bar). Decode with extras
+(sliding windows, softcap, ALiBi, bf16, other GQA groups; `--decode-only` includes it) stands
+beside PyTorch's best for each: SDPA over the window's keys, flex_attention for the score mods.
 """
 
 import statistics
@@ -73,10 +75,12 @@ def main():
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
     bw = copy_bandwidth()
     print(f"# device-to-device copy bandwidth (read + write): {bw:.0f} GB/s")
-    if "--decode-only" not in sys.argv:
+    if "--decode-only" not in sys.argv and "--extras-only" not in sys.argv:
         prefill(binary, baseline, quick)
-    if "--prefill-only" not in sys.argv:
+    if "--prefill-only" not in sys.argv and "--extras-only" not in sys.argv:
         decode(binary, baseline, quick, bw)
+    if "--prefill-only" not in sys.argv:
+        extras(binary, baseline, quick, bw)
 
 
 def prefill(binary, baseline, quick):
@@ -132,12 +136,62 @@ def decode(binary, baseline, quick, bw):
                       f"{r['kv_gbps']} | {float(r['kv_gbps']) / bw:.2f} |")
 
 
-def torch_decode(b, s_k):
-    """PyTorch's fastest decode for one query row against GQA 32/8 K/V: cuDNN's SDPA with
+def extras(binary, baseline, quick, bw):
+    """Decode with the features a model adds, beside PyTorch's best for the same call: a sliding
+    window is a slice of the cache at decode (SDPA over the last LEFT + 1 keys); softcap and ALiBi
+    have no SDPA backend, so flex_attention's compiled decode takes them. K/V GB/s counts the keys
+    a row sees."""
+    old_col, old_sep = (" baseline ms | ours / baseline |", "---|---|") if baseline else ("", "")
+    print()
+    print(f"| decode with extras (d=128) | b | s_k | heads | dtype | extras | splits |{old_col} ours ms | torch ms (how) | ours / torch time | K/V GB/s | fraction of copy bandwidth |")
+    print(f"|---|---|---|---|---|---|---|{old_sep}---|---|---|---|---|")
+    rows = [(1, 32768, 8, "f16", ("--window", 4096)), (4, 32768, 8, "f16", ("--window", 4096)),
+            (1, 131072, 8, "f16", ("--window", 1024)), (16, 32768, 8, "f16", ("--window", 1024)),
+            (4, 32768, 8, "f16", ("--softcap", 50)), (4, 32768, 8, "f16", ("--alibi",)),
+            (4, 32768, 8, "bf16", ()), (4, 16384, 32, "f16", ()), (4, 32768, 4, "bf16", ())]
+    for b, s_k, h_k, dtype, opts in rows[:3] if quick else rows:
+        args = ("decode", dtype, b, s_k, 32, h_k, 128, *opts)
+        r = ours(binary, *args)
+        t_torch, how = torch_extras(b, s_k, h_k, dtype, opts)
+        old = ""
+        if baseline:
+            t_old = ours(baseline, *args)["ms"]
+            old = f" {t_old} | {float(r['ms']) / float(t_old):.2f} |"
+        ratio = f"{float(r['ms']) / (t_torch * 1e3):.2f}" if t_torch else "-"
+        torch_ms = f"{t_torch * 1e3:.4f}" if t_torch else "-"
+        print(f"| | {b} | {s_k} | 32/{h_k} | {dtype} | {' '.join(map(str, opts)) or 'none'} | {r['splits']} |{old} {r['ms']} | "
+              f"{torch_ms} ({how}) | {ratio} | {r['kv_gbps']} | {float(r['kv_gbps']) / bw:.2f} |")
+
+
+def torch_extras(b, s_k, h_k, dtype, opts):
+    """PyTorch's time for one `extras` row: (seconds per call or None, how)."""
+    if not opts or opts[0] == "--window":
+        keys = s_k if not opts else min(s_k, opts[1] + 1)
+        t, backend, _ = torch_decode(b, keys, h_k, getattr(torch, {"f16": "float16", "bf16": "bfloat16"}[dtype]))
+        return t, backend if not opts else f"{backend}, last {keys} keys"
+    from torch.nn.attention.flex_attention import flex_attention
+    q = torch.randn(b, 32, 1, 128, device="cuda", dtype=torch.float16)
+    k, v = (torch.randn(b, h_k, s_k, 128, device="cuda", dtype=torch.float16) for _ in range(2))
+    if opts[0] == "--softcap":
+        cap = float(opts[1])
+        score_mod = lambda score, b_, h, i, j: cap * torch.tanh(score / cap)
+    else:
+        slopes = torch.exp2(-8.0 * torch.arange(1, 33, device="cuda") / 32)
+        score_mod = lambda score, b_, h, i, j: score - slopes[h] * (i + s_k - 1 - j).abs()
+    flex = torch.compile(flex_attention)
+    try:
+        return timed(lambda: flex(q, k, v, score_mod=score_mod, enable_gqa=True)), "flex_attention"
+    except Exception as e:  # noqa: BLE001 - a missing compiler leaves the cell empty, not the table
+        print(f"# flex_attention failed: {type(e).__name__}: {str(e)[:200]}")
+        return None, "flex_attention failed"
+
+
+def torch_decode(b, s_k, h_k=8, dtype=torch.float16):
+    """PyTorch's fastest decode for one query row against GQA 32/h_k K/V: cuDNN's SDPA with
     enable_gqa where it takes the call, else the memory-efficient backend. (seconds per call in
     a burst, backend, launch-to-result seconds of one call)"""
-    q = torch.randn(b, 32, 1, 128, device="cuda", dtype=torch.float16)
-    k, v = (torch.randn(b, 8, s_k, 128, device="cuda", dtype=torch.float16) for _ in range(2))
+    q = torch.randn(b, 32, 1, 128, device="cuda", dtype=dtype)
+    k, v = (torch.randn(b, h_k, s_k, 128, device="cuda", dtype=dtype) for _ in range(2))
     best = None
     for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
                           ("flash", SDPBackend.FLASH_ATTENTION)):

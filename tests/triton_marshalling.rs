@@ -263,6 +263,61 @@ fn paged_decode_splits_for_two_resident_programs_per_unit() {
     assert_eq!(Plan::new(&flat, kernels(false, 74_240), 132).unwrap().num_splits, 4);
 }
 
+/// A sliding-window decode split the whole cache: at b=1, 32k keys and a window of 4096 the
+/// window's keys fell into 3 of 16 splits, and 24 of 132 SMs did the work. `attn_fwd` counts the
+/// splits from the query block's first key tile now, and the plan splits the window.
+#[test]
+fn windowed_decode_splits_the_window_not_the_cache() {
+    let fwd = KernelImage { target: "sm_90", block_n: 128, ..image(Tile::Decode, Family::Fwd, 128, true, false, false) };
+    let merge = KernelImage { target: "sm_90", ..image(Tile::Merge, Family::Merge, 128, false, false, false) };
+    let kernels = Kernels { fwd: Box::leak(Box::new(fwd)), fwd_b32: None, merge: Box::leak(Box::new(merge)) };
+    let (s_k, window) = (32768, 4096);
+    let q = zeros(&[1, 1, 32, 128], DType::F16);
+    let kv = Layout::contiguous((1, s_k, 8, 128));
+    let req = Request { window_size_left: Some(window), ..batch_request(None) };
+    let call = AttnCall::new(&req, [DType::F16; 3], q.layout(), &kv, &kv).unwrap();
+    let plan = Plan::new(&call, kernels, 132).unwrap();
+    // 8 programs a split, 16 wanted: the window's 4097 keys and one tile of alignment are 33
+    // tiles, in 11 splits of 3 (88 programs; 17 splits of 2 would run a second wave).
+    assert_eq!((plan.num_splits, plan.split_len), (11, 384), "{plan:?}");
+    assert!(plan.num_splits * plan.split_len <= window + 1 + 2 * 128, "{plan:?}");
+}
+
+/// For random windows and shapes, every query block's keys (from its first key tile, as
+/// `attn_fwd` counts them) fit in the plan's splits, for every sequence a varlen call of these
+/// maxima may hold.
+#[test]
+fn splits_cover_the_keys_of_every_query_block() {
+    let mut rng = common::rng("splits_cover_the_keys_of_every_query_block");
+    for _ in 0..300 {
+        let (s_q, s_k) = (rng.gen_range(1..40), rng.gen_range(1..6000));
+        let (h_k, g) = (rng.gen_range(1..3), rng.gen_range(1..9));
+        let side = |rng: &mut rand::rngs::StdRng| match rng.gen_range(0..3) {
+            0 => None,
+            1 => Some(0),
+            _ => Some(rng.gen_range(0..s_k + 10)),
+        };
+        let req = Request { window_size_left: side(&mut rng), window_size_right: side(&mut rng), ..batch_request(None) };
+        let q = zeros(&[1, s_q, h_k * g, 64], DType::F16);
+        let kv = Layout::contiguous((1, s_k, h_k, 64));
+        let call = AttnCall::new(&req, [DType::F16; 3], q.layout(), &kv, &kv).unwrap();
+        let kernels = select(&call, "gfx1100", images()).unwrap();
+        let plan = Plan::new(&call, kernels, rng.gen_range(1..300)).unwrap();
+        let (block_m, block_n) = (kernels.fwd.block_m as usize, kernels.fwd.block_n as usize);
+        let covered = plan.num_splits * plan.split_len;
+        for (q_len, k_len) in [(s_q, s_k), (rng.gen_range(1..=s_q), rng.gen_range(0..=s_k))] {
+            let rows = q_len * g;
+            for first_row in (0..rows).step_by(block_m) {
+                let last_row = (first_row + block_m).min(rows) - 1;
+                let (lo, _) = call.window.key_range(first_row / g, q_len, k_len);
+                let (_, hi) = call.window.key_range(last_row / g, q_len, k_len);
+                let start = lo / block_n * block_n;
+                assert!(hi <= start + covered, "{q_len}x{k_len} of {s_q}x{s_k}, {:?}, rows {first_row}..: {plan:?}", call.window);
+            }
+        }
+    }
+}
+
 /// A varlen request whose seqlens are left unread (the product path: no device-to-host copy).
 fn unread_varlen_call(total_q: usize, max_seqlen_q: usize, rows_k: usize, max_seqlen_k: usize) -> AttnCall {
     let (h, h_k, d) = (8, 2, 64);

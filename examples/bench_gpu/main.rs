@@ -18,7 +18,10 @@ const USAGE: &str = "usage:
   bench_gpu decode DTYPE B S_K H H_K D [SPLITS] (one query row per sequence)
   bench_gpu paged DTYPE B S_K H H_K D PAGE [SPLITS]
                                                (decode over a paged cache of PAGE-key pages)
-SPLITS forces the key split count, to tune the heuristic of src/triton/split.rs.";
+SPLITS forces the key split count, to tune the heuristic of src/triton/split.rs.
+Decode and paged shapes take the extras after the numbers: --window LEFT (a sliding window of
+LEFT keys before the query, causal), --softcap X, --alibi (slopes 2^-8h/H); kv_gbps then counts
+the keys the window shows.";
 
 /// One benchmark shape.
 struct BenchShape {
@@ -31,9 +34,38 @@ struct BenchShape {
     causal: bool,
     page: Option<usize>,
     splits: Option<usize>,
+    extras: Extras,
+}
+
+/// The features a decode shape may add (`--window LEFT`, `--softcap X`, `--alibi`).
+#[derive(Default)]
+struct Extras {
+    window_left: Option<usize>,
+    softcap: Option<f32>,
+    alibi: bool,
+}
+
+/// Splits `--flag [value]` options off the positional arguments.
+fn extras(args: &[String]) -> anyhow::Result<(Vec<String>, Extras)> {
+    let (mut positional, mut x, mut it) = (Vec::new(), Extras::default(), args.iter());
+    while let Some(a) = it.next() {
+        let mut value = || it.next().ok_or_else(|| anyhow::anyhow!("{a} needs a value\n{USAGE}"));
+        match a.as_str() {
+            "--window" => x.window_left = Some(value()?.parse()?),
+            "--softcap" => x.softcap = Some(value()?.parse()?),
+            "--alibi" => x.alibi = true,
+            flag if flag.starts_with("--") => anyhow::bail!("unknown option {flag}\n{USAGE}"),
+            _ => positional.push(a.clone()),
+        }
+    }
+    Ok((positional, x))
 }
 
 fn parse(args: &[String]) -> anyhow::Result<(DType, BenchShape)> {
+    let (args, extras) = extras(args)?;
+    if (extras.window_left.is_some() || extras.softcap.is_some() || extras.alibi) && args.first().is_some_and(|m| m == "prefill") {
+        anyhow::bail!("the extras are options of the decode and paged shapes\n{USAGE}");
+    }
     let n = |i: usize| -> anyhow::Result<usize> {
         Ok(args.get(i).ok_or_else(|| anyhow::anyhow!("missing argument {i}\n{USAGE}"))?.parse()?)
     };
@@ -43,17 +75,18 @@ fn parse(args: &[String]) -> anyhow::Result<(DType, BenchShape)> {
         Some("bf16") => DType::BF16,
         other => anyhow::bail!("dtype f16 or bf16, got {other:?}\n{USAGE}"),
     };
-    let shape = match args.first().map(String::as_str) {
+    let mut shape = match args.first().map(String::as_str) {
         Some("prefill") => {
             let (s, h) = (n(3)?, n(4)?);
-            BenchShape { b: n(2)?, s_q: s, s_k: s, h, h_k: h, d: n(5)?, causal: n(6)? == 1, page: None, splits: None }
+            BenchShape { b: n(2)?, s_q: s, s_k: s, h, h_k: h, d: n(5)?, causal: n(6)? == 1, page: None, splits: None, extras: Extras::default() }
         }
-        Some("decode") => BenchShape { b: n(2)?, s_q: 1, s_k: n(3)?, h: n(4)?, h_k: n(5)?, d: n(6)?, causal: false, page: None, splits: opt(7)? },
+        Some("decode") => BenchShape { b: n(2)?, s_q: 1, s_k: n(3)?, h: n(4)?, h_k: n(5)?, d: n(6)?, causal: false, page: None, splits: opt(7)?, extras: Extras::default() },
         Some("paged") => {
-            BenchShape { b: n(2)?, s_q: 1, s_k: n(3)?, h: n(4)?, h_k: n(5)?, d: n(6)?, causal: false, page: Some(n(7)?), splits: opt(8)? }
+            BenchShape { b: n(2)?, s_q: 1, s_k: n(3)?, h: n(4)?, h_k: n(5)?, d: n(6)?, causal: false, page: Some(n(7)?), splits: opt(8)?, extras: Extras::default() }
         }
         other => anyhow::bail!("mode prefill, decode or paged, got {other:?}\n{USAGE}"),
     };
+    shape.extras = extras;
     Ok((dtype, shape))
 }
 
@@ -100,12 +133,15 @@ fn main() -> anyhow::Result<()> {
         page_block_size: Some(page),
         mm_prefix_ranges: None,
     });
+    let slopes: Vec<f32> = (0..x.h).map(|i| (-8.0 * (i + 1) as f32 / x.h as f32).exp2()).collect();
+    let slopes_t = Tensor::from_vec(slopes.clone(), x.h, &Device::Cpu)?;
+    let windowed = x.extras.window_left.is_some();
     let req = Request {
         softmax_scale: 1.0 / (x.d as f32).sqrt(),
-        alibi_slopes: None,
-        window_size_left: None,
-        window_size_right: x.causal.then_some(0),
-        softcap: None,
+        alibi_slopes: x.extras.alibi.then_some(&slopes_t),
+        window_size_left: x.extras.window_left,
+        window_size_right: (x.causal || windowed).then_some(0),
+        softcap: x.extras.softcap,
         varlen,
     };
     let (q_l, kv_l) = match x.page {
@@ -130,7 +166,8 @@ fn main() -> anyhow::Result<()> {
         .into_iter()
         .map(alloc)
         .collect::<Result<_, _>>()?;
-    let side: Vec<DeviceBuffer> = [bytes(&cu_q), bytes(&cu_k), bytes(&table)]
+    let slope_bytes: Vec<u8> = slopes.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    let side: Vec<DeviceBuffer> = [bytes(&cu_q), bytes(&cu_k), bytes(&table), slope_bytes]
         .iter()
         .map(|data| {
             let buffer = driver.malloc(data.len())?;
@@ -151,6 +188,7 @@ fn main() -> anyhow::Result<()> {
         seqstart_k: if paged { side[1].addr() } else { 0 },
         block_table: if paged { side[2].addr() } else { 0 },
         block_table_row_stride: max_blocks,
+        alibi_slopes: if x.extras.alibi { side[3].addr() } else { 0 },
         ..DeviceBuffers::default()
     };
     // SAFETY: every buffer above is a live allocation of this device sized for `call` and the
@@ -185,7 +223,9 @@ fn main() -> anyhow::Result<()> {
     let t = times[3];
     let (b, h, h_k, d) = (x.b, x.h, x.h_k, x.d);
     let flops = 4.0 * (b * h * x.s_q * x.s_k * d) as f64 / if x.causal { 2.0 } else { 1.0 };
-    let kv_bytes = 2.0 * (b * x.s_k * h_k * d * 2) as f64;
+    // The keys each query row may see (a decode step's window: its last LEFT + 1).
+    let keys = x.extras.window_left.map_or(x.s_k, |w| x.s_k.min(w + 1));
+    let kv_bytes = 2.0 * (b * keys * h_k * d * 2) as f64;
     println!(
         "ms={:.4} latency_us={:.1} tflops={:.1} kv_gbps={:.1} splits={} tile={:?} block_m={} block_n={}",
         t * 1e3,

@@ -47,6 +47,19 @@ impl Window {
         self.left < 0 && self.right < 0
     }
 
+    /// The most keys `[lo, hi)` one block of query rows of a sequence may see together, for
+    /// sequences of at most `max_seqlen_q` queries and `max_seqlen_k` keys: `max_seqlen_k` unless
+    /// the window bounds the left side. With `left >= 0` the block's first row sits at position
+    /// `pos >= s_k - s_q`, so `lo >= pos - left` and `hi <= s_k <= pos + s_q`: at most
+    /// `max_seqlen_q + left` keys, whatever the right side says (a decode step of a sliding
+    /// window reads `left + 1` keys of a cache of any length).
+    pub fn key_span(&self, max_seqlen_q: usize, max_seqlen_k: usize) -> usize {
+        match usize::try_from(self.left) {
+            Ok(left) => max_seqlen_k.min(max_seqlen_q.saturating_add(left)),
+            Err(_) => max_seqlen_k,
+        }
+    }
+
     /// Keys `[lo, hi)` that query row `i` may see, clipped to `[0, s_k)`; empty when `hi <= lo`.
     #[inline]
     pub fn key_range(&self, i: usize, s_q: usize, s_k: usize) -> (usize, usize) {

@@ -45,7 +45,8 @@ impl Plan {
             0 => (1, call.max_seqlen_k.max(1).next_multiple_of(fwd.block_n as usize)),
             _ => {
                 let programs = blocks_m * heads;
-                split::choose(programs, fwd.threads as usize, resident(fwd), call.max_seqlen_k, fwd.block_n as usize, units)
+                let block_n = fwd.block_n as usize;
+                split::choose(programs, fwd.threads as usize, resident(fwd), split_keys(call, block_n), block_n, units)
             }
         };
         if heads > MAX_GRID_YZ {
@@ -76,6 +77,16 @@ impl Plan {
     /// Whether the grid has any program (calls without query rows launch nothing).
     pub fn is_empty(&self) -> bool {
         self.grid.contains(&0)
+    }
+}
+
+/// Keys the splits of one query block must cover: `attn_fwd` counts them from the block's first
+/// key tile, so a window's span (`Window::key_span`) plus that tile's alignment, at most the
+/// longest sequence. `mm_prefix_ranges` can lift the window anywhere: the whole sequence.
+fn split_keys(call: &AttnCall, block_n: usize) -> usize {
+    match call.mm_prefix {
+        Some(_) => call.max_seqlen_k,
+        None => call.max_seqlen_k.min(call.window.key_span(call.max_seqlen_q, call.max_seqlen_k) + block_n - 1),
     }
 }
 

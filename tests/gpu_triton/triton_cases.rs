@@ -92,8 +92,16 @@ pub fn split_decode_matches_cpu() {
     let Some((cpu, mut rng)) = gpu_and_rng("split_decode_matches_cpu") else {
         return;
     };
-    // GQA 32/8 decode over long caches: few programs, so the plan splits the keys.
-    for (dtype, s_q, s_k, window) in [(DType::F16, 1, 5000, NONE), (DType::BF16, 3, 9001, CAUSAL), (DType::F16, 1, 3000, (Some(700), None))] {
+    // GQA 32/8 decode over long caches: few programs, so the plan splits the keys; with a
+    // window, its keys (the splits count from the block's first key tile).
+    let cases = [
+        (DType::F16, 1, 5000, NONE),
+        (DType::BF16, 3, 9001, CAUSAL),
+        (DType::F16, 1, 3000, (Some(700), None)),
+        (DType::BF16, 4, 9001, (Some(1000), Some(0))),
+        (DType::F16, 2, 7000, (Some(260), Some(5))),
+    ];
+    for (dtype, s_q, s_k, window) in cases {
         let c = BatchCase { b: 2, s_q, s_k, h: 32, h_k: 8, d: 128, dtype, window, alibi: false, softcap: None, transposed: false };
         let x = batch_inputs(&c, &mut rng);
         let exp = batch_expected(&c, &x);

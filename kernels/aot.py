@@ -219,6 +219,17 @@ def page_tiles(target, fields):
     return target_kind(target) == "cuda" and fields["tile"] == "decode" and fields["block_d"] <= 128
 
 
+def decode_extras(target, block_d):
+    """Whether `target` gets decode-tile variants with EXTRAS (softcap, ALiBi, mm_prefix_ranges
+    for few query rows; without them such calls run the prefill_x tile, 4-8x the rows of work:
+    H200, GQA 32/8 d=128 b=4 32k, softcap 0.31 ms and ALiBi 0.18 against 0.13 without). Not on
+    RDNA from d = 128: its one-wave decode tile spills with the extras (triton 3.6, fp16 flat:
+    gfx1100 125 VGPRs at d=128 and 664 at 256, gfx1201 28 and 76, gfx1030 116 at 256, bf16 7 at
+    128), and tiles of more waves repeat the 16x16 product per wave; those calls keep the
+    prefill_x tile. NVIDIA and CDNA compile them without spills at every head dim."""
+    return target is None or target_kind(target) != "rdna" or block_d <= 64
+
+
 def buffer_twin(target, fields):
     """Whether `target` gets a 32-bit buffer-addressing twin of the attn_fwd variant `fields`."""
     # NVIDIA has no buffer instructions; RDNA 2's twins were never measured (it came after them).
@@ -237,8 +248,8 @@ def variants(block_dims, dtypes, target=None):
         for bd in block_dims:
             for even in (True, False):
                 for paged in (False, True):
-                    for tile, extras_options in (("prefill", (False, True)), ("decode", (False,))):
-                        for extras in extras_options:
+                    for tile in ("prefill", "decode"):
+                        for extras in (False, True) if tile == "prefill" or decode_extras(target, bd) else (False,):
                             name = "fwd_{}_{}_d{}{}_{}{}".format(
                                 tile, dtype, bd, "" if even else "p", "paged" if paged else "flat",
                                 "_x" if extras else "")

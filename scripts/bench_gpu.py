@@ -143,40 +143,42 @@ def extras(binary, baseline, quick, bw):
     a row sees."""
     old_col, old_sep = (" baseline ms | ours / baseline |", "---|---|") if baseline else ("", "")
     print()
-    print(f"| decode with extras (d=128) | b | s_k | heads | dtype | extras | splits |{old_col} ours ms | torch ms (how) | ours / torch time | K/V GB/s | fraction of copy bandwidth |")
-    print(f"|---|---|---|---|---|---|---|{old_sep}---|---|---|---|---|")
-    rows = [(1, 32768, 8, "f16", ("--window", 4096)), (4, 32768, 8, "f16", ("--window", 4096)),
-            (1, 131072, 8, "f16", ("--window", 1024)), (16, 32768, 8, "f16", ("--window", 1024)),
-            (4, 32768, 8, "f16", ("--softcap", 50)), (4, 32768, 8, "f16", ("--alibi",)),
-            (4, 32768, 8, "bf16", ()), (4, 16384, 32, "f16", ()), (4, 32768, 4, "bf16", ())]
-    for b, s_k, h_k, dtype, opts in rows[:3] if quick else rows:
-        args = ("decode", dtype, b, s_k, 32, h_k, 128, *opts)
+    print(f"| decode with extras | b | s_k | heads | d | dtype | extras | splits |{old_col} ours ms | torch ms (how) | ours / torch time | K/V GB/s | fraction of copy bandwidth |")
+    print(f"|---|---|---|---|---|---|---|---|{old_sep}---|---|---|---|---|")
+    rows = [(1, 32768, 32, 8, 128, "f16", ("--window", 4096)), (4, 32768, 32, 8, 128, "f16", ("--window", 4096)),
+            (1, 131072, 32, 8, 128, "f16", ("--window", 1024)), (16, 32768, 32, 8, 128, "f16", ("--window", 1024)),
+            (4, 32768, 32, 8, 128, "f16", ("--softcap", 50)), (4, 32768, 32, 8, 128, "f16", ("--alibi",)),
+            (1, 8192, 16, 8, 256, "bf16", ("--softcap", 50)), (4, 8192, 16, 8, 256, "bf16", ("--softcap", 50)),
+            (4, 32768, 32, 8, 128, "bf16", ()), (4, 16384, 32, 32, 128, "f16", ()), (4, 32768, 32, 4, 128, "bf16", ())]
+    for b, s_k, h, h_k, d, dtype, opts in rows[:3] if quick else rows:
+        args = ("decode", dtype, b, s_k, h, h_k, d, *opts)
         r = ours(binary, *args)
-        t_torch, how = torch_extras(b, s_k, h_k, dtype, opts)
+        t_torch, how = torch_extras(b, s_k, h, h_k, d, dtype, opts)
         old = ""
         if baseline:
             t_old = ours(baseline, *args)["ms"]
             old = f" {t_old} | {float(r['ms']) / float(t_old):.2f} |"
         ratio = f"{float(r['ms']) / (t_torch * 1e3):.2f}" if t_torch else "-"
         torch_ms = f"{t_torch * 1e3:.4f}" if t_torch else "-"
-        print(f"| | {b} | {s_k} | 32/{h_k} | {dtype} | {' '.join(map(str, opts)) or 'none'} | {r['splits']} |{old} {r['ms']} | "
+        print(f"| | {b} | {s_k} | {h}/{h_k} | {d} | {dtype} | {' '.join(map(str, opts)) or 'none'} | {r['splits']} |{old} {r['ms']} | "
               f"{torch_ms} ({how}) | {ratio} | {r['kv_gbps']} | {float(r['kv_gbps']) / bw:.2f} |")
 
 
-def torch_extras(b, s_k, h_k, dtype, opts):
+def torch_extras(b, s_k, h, h_k, d, dtype, opts):
     """PyTorch's time for one `extras` row: (seconds per call or None, how)."""
+    dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     if not opts or opts[0] == "--window":
         keys = s_k if not opts else min(s_k, opts[1] + 1)
-        t, backend, _ = torch_decode(b, keys, h_k, getattr(torch, {"f16": "float16", "bf16": "bfloat16"}[dtype]))
+        t, backend, _ = torch_decode(b, keys, h_k, dtype, h, d)
         return t, backend if not opts else f"{backend}, last {keys} keys"
     from torch.nn.attention.flex_attention import flex_attention
-    q = torch.randn(b, 32, 1, 128, device="cuda", dtype=torch.float16)
-    k, v = (torch.randn(b, h_k, s_k, 128, device="cuda", dtype=torch.float16) for _ in range(2))
+    q = torch.randn(b, h, 1, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(b, h_k, s_k, d, device="cuda", dtype=dtype) for _ in range(2))
     if opts[0] == "--softcap":
         cap = float(opts[1])
         score_mod = lambda score, b_, h, i, j: cap * torch.tanh(score / cap)
     else:
-        slopes = torch.exp2(-8.0 * torch.arange(1, 33, device="cuda") / 32)
+        slopes = torch.exp2(-8.0 * torch.arange(1, h + 1, device="cuda") / h)
         score_mod = lambda score, b_, h, i, j: score - slopes[h] * (i + s_k - 1 - j).abs()
     flex = torch.compile(flex_attention)
     try:
@@ -186,12 +188,12 @@ def torch_extras(b, s_k, h_k, dtype, opts):
         return None, "flex_attention failed"
 
 
-def torch_decode(b, s_k, h_k=8, dtype=torch.float16):
-    """PyTorch's fastest decode for one query row against GQA 32/h_k K/V: cuDNN's SDPA with
+def torch_decode(b, s_k, h_k=8, dtype=torch.float16, h=32, d=128):
+    """PyTorch's fastest decode for one query row against GQA h/h_k K/V: cuDNN's SDPA with
     enable_gqa where it takes the call, else the memory-efficient backend. (seconds per call in
     a burst, backend, launch-to-result seconds of one call)"""
-    q = torch.randn(b, 32, 1, 128, device="cuda", dtype=dtype)
-    k, v = (torch.randn(b, h_k, s_k, 128, device="cuda", dtype=dtype) for _ in range(2))
+    q = torch.randn(b, h, 1, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(b, h_k, s_k, d, device="cuda", dtype=dtype) for _ in range(2))
     best = None
     for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
                           ("flash", SDPBackend.FLASH_ATTENTION)):

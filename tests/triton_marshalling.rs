@@ -69,6 +69,7 @@ fn images() -> &'static [KernelImage] {
                 all.push(image(Tile::Prefill, Family::Fwd, block_d, even, paged, false));
                 all.push(image(Tile::Prefill, Family::Fwd, block_d, even, paged, true));
                 all.push(image(Tile::Decode, Family::Fwd, block_d, even, paged, false));
+                all.push(image(Tile::Decode, Family::Fwd, block_d, even, paged, true));
             }
         }
         all.push(image(Tile::Merge, Family::Merge, block_d, false, false, false));
@@ -109,10 +110,25 @@ fn selection_picks_tile_head_dim_and_features() {
         assert_eq!(k.fwd.block_d, tile, "d {d}");
         assert_eq!(k.fwd.even_d, d as u32 == tile);
         assert_eq!(k.fwd.extras, softcap.is_some());
-        let decode = softcap.is_none() && s_q * g <= 16;
+        let decode = s_q * g <= 16;
         assert_eq!(k.fwd.tile, if decode { Tile::Decode } else { Tile::Prefill }, "s_q {s_q} g {g}");
         assert!(k.merge.block_d >= d as u32 && k.merge.family == Family::Merge);
     }
+}
+
+/// Softcap/ALiBi decode took the prefill tile (64-128 query rows for a handful); it takes the
+/// decode tile's extras variant now, and the prefill_x tile where a build has none (RDNA from
+/// d = 128, kernels/aot.py's decode_extras).
+#[test]
+fn decode_with_extras_takes_the_decode_tile_where_built() {
+    let q = zeros(&[2, 1, 8, 128], DType::F16);
+    let kv = zeros(&[2, 300, 2, 128], DType::F16);
+    let call = AttnCall::new(&batch_request(Some(30.0)), [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
+    let k = select(&call, "gfx1100", images()).unwrap();
+    assert_eq!((k.fwd.tile, k.fwd.extras), (Tile::Decode, true));
+    let without: Vec<KernelImage> = images().iter().filter(|i| !(i.tile == Tile::Decode && i.extras)).cloned().collect();
+    let k = select(&call, "gfx1100", Box::leak(without.into_boxed_slice())).unwrap();
+    assert_eq!((k.fwd.tile, k.fwd.extras), (Tile::Prefill, true));
 }
 
 #[test]

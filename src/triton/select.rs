@@ -42,7 +42,7 @@ pub fn needs_extras(call: &AttnCall) -> bool {
 /// Picks the kernels for `call` on a device of arch `device` among `images` (the embedded
 /// [`KERNELS`] in production): those of the target that serves the device
 /// ([`super::targets::resolve`]), the smallest head-dim tile that holds the call's head dim, the
-/// decode tile for few query rows without extras, the paged variant for a block table; and its
+/// decode tile for few query rows, the paged variant for a block table; and its
 /// 32-bit twin, when built (same tile, launched only for calls that fit it).
 pub fn select(call: &AttnCall, device: &str, images: &'static [KernelImage]) -> Result<Kernels> {
     let forced = forced_target();
@@ -65,7 +65,7 @@ pub fn select(call: &AttnCall, device: &str, images: &'static [KernelImage]) -> 
     let paged = call.seqs.paging.is_some();
     let extras = needs_extras(call);
     let rows = call.max_seqlen_q * call.group_size();
-    let decode = !extras && rows <= DECODE_ROWS;
+    let decode = rows <= DECODE_ROWS;
     let d = call.head_dim as u32;
     let fits = |img: &&KernelImage| img.target == target && img.dtype == dtype && img.block_d >= d;
     let smallest = |family: Family, pick: &dyn Fn(&KernelImage) -> bool| {

@@ -32,6 +32,7 @@ const TESTS: &[runner::GpuTest] = &[
     ("triton_cases::odd_head_dims_and_softcap_with_alibi_match_cpu", triton_cases::odd_head_dims_and_softcap_with_alibi_match_cpu),
     ("triton_cases::any_page_size_with_prefix_ranges_matches_cpu", triton_cases::any_page_size_with_prefix_ranges_matches_cpu),
     ("triton_cases::split_decode_matches_cpu", triton_cases::split_decode_matches_cpu),
+    ("triton_cases::decode_with_extras_matches_cpu", triton_cases::decode_with_extras_matches_cpu),
     ("triton_cases::paged_decode_of_every_head_dim_tile_matches_cpu", triton_cases::paged_decode_of_every_head_dim_tile_matches_cpu),
     ("triton_cases::calls_the_triton_path_cannot_serve_are_errors", triton_cases::calls_the_triton_path_cannot_serve_are_errors),
     ("varlen::paged_functions_match_cpu", varlen::check_paged_functions),

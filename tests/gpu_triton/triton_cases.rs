@@ -124,6 +124,30 @@ pub fn split_decode_matches_cpu() {
     }
 }
 
+pub fn decode_with_extras_matches_cpu() {
+    let Some((cpu, mut rng)) = gpu_and_rng("decode_with_extras_matches_cpu") else {
+        return;
+    };
+    // One query row per sequence with softcap and ALiBi, split and merged: the decode tile's
+    // extras variants where the build has them, the prefill_x tile where not; Gemma 2's d=256
+    // softcap with a sliding window.
+    for (dtype, d, s_k, window, alibi, softcap) in [
+        (DType::BF16, 128, 6000, NONE, true, Some(30.0)),
+        (DType::F16, 256, 5000, (Some(1024), Some(0)), false, Some(50.0)),
+        (DType::F16, 64, 3000, CAUSAL, true, None),
+    ] {
+        let c = BatchCase { b: 2, s_q: 1, s_k, h: 32, h_k: 8, d, dtype, window, alibi, softcap, transposed: false };
+        let x = batch_inputs(&c, &mut rng);
+        let exp = batch_expected(&c, &x);
+        let mut args = vec![&x.q, &x.k, &x.v];
+        args.extend(x.slopes.as_ref());
+        let f = x.features(&c);
+        check_lse_variant(&format!("{c:?}"), &cpu, &args, &exp, false, |a| {
+            with_lse(calls::batch_op(f.with_alibi(a.get(3))).forward_with_lse(&a[0], &a[1], &a[2]))
+        });
+    }
+}
+
 pub fn paged_decode_of_every_head_dim_tile_matches_cpu() {
     let Some((cpu, mut rng)) = gpu_and_rng("paged_decode_of_every_head_dim_tile_matches_cpu") else {
         return;
@@ -138,7 +162,8 @@ pub fn paged_decode_of_every_head_dim_tile_matches_cpu() {
         let x = ragged(&mut rng, &lens, (8, 2, d), dtype);
         let p = paginate(&mut rng, &x, page, 3);
         let max = (1, 2500);
-        let f = Features { scale: 0.5 / (d as f32).sqrt(), window, alibi: None, softcap: None };
+        // Softcap on every other tile: the paged decode extras variants.
+        let f = Features { scale: 0.5 / (d as f32).sqrt(), window, alibi: None, softcap: (n % 2 == 1).then_some(5.0) };
         let exp = expected(&x.seqs(), &vec![f.ref_opts(max.1); lens.len()], (8, 2, d), dtype, LseLayout::VarLen);
         let (sq, sk) = x.seqlens();
         check_lse_variant(&format!("paged decode d {d} page {page} {dtype:?}"), &cpu, &[&x.q, &p.k_pages, &p.v_pages, &sq, &sk, &p.table], &exp, true, |a| {

@@ -52,40 +52,50 @@ pub fn any_page_size_with_prefix_ranges_matches_cpu() {
         .into_iter()
         .enumerate()
     {
-        let dtype = DTYPES[n % 2];
-        let with_prefix = n % 2 == 0;
-        let x = ragged(&mut rng, &lens, heads, dtype);
-        let p = paginate(&mut rng, &x, page, 2);
-        let max = (40, 300);
         let f = Features { scale: 0.6 / (heads.2 as f32).sqrt(), window: CAUSAL, alibi: None, softcap: (n == 3).then_some(4.0) };
-        // Two ranges per sequence, some holding query positions, one empty.
-        let ranges: Vec<Vec<(i64, i64)>> = lens
-            .iter()
-            .map(|&(_, s_k)| {
-                let a = rng.gen_range(0..s_k.max(1)) as i64;
-                vec![(a, a + rng.gen_range(1..40)), (5, 5)]
-            })
-            .collect();
-        let opts: Vec<RefOpts> = ranges
-            .iter()
-            .map(|r| RefOpts { mm_prefix: if with_prefix { r.clone() } else { vec![] }, ..f.ref_opts(max.1) })
-            .collect();
-        let exp = expected(&x.seqs(), &opts, heads, dtype, LseLayout::VarLen);
-        let flat: Vec<i32> = ranges.iter().flatten().flat_map(|&(a, b)| [a as i32, b as i32]).collect();
-        let ranges_t = Tensor::from_vec(flat, (lens.len(), 2, 2), &Device::Cpu).unwrap();
-        let (sq, sk) = x.seqlens();
-        let mut args = vec![&x.q, &p.k_pages, &p.v_pages, &sq, &sk, &p.table];
-        args.extend(with_prefix.then_some(&ranges_t));
-        let what = format!("paged {dtype:?} page {page} heads {heads:?} prefix {with_prefix}");
-        check_gpu_vs_cpu(&what, &cpu, &args, &exp, |a| {
-            let (kv, lens) = paged_args(a, page, max);
-            out_only(calls::paged(&a[0], &kv, a.get(6), &lens, f))
-        });
-        check_lse_variant(&format!("{what} with_lse"), &cpu, &args, &exp, true, |a| {
-            let (kv, lens) = paged_args(a, page, max);
-            with_lse(calls::paged_with_lse(&a[0], &kv, a.get(6), &lens, f))
-        });
+        check_paged_with_ranges(&cpu, &mut rng, &lens, (page, heads, DTYPES[n % 2]), (40, 300), f, n % 2 == 0);
     }
+}
+
+/// Paged sequences of `lens` (q, k) against the CPU, with two `mm_prefix_ranges` per sequence
+/// (some holding query positions, one empty) when `with_prefix`.
+fn check_paged_with_ranges(
+    cpu: &Device,
+    rng: &mut rand::rngs::StdRng,
+    lens: &[(usize, usize)],
+    (page, heads, dtype): (usize, (usize, usize, usize), DType),
+    max: (usize, usize),
+    f: Features,
+    with_prefix: bool,
+) {
+    let x = ragged(rng, lens, heads, dtype);
+    let p = paginate(rng, &x, page, 2);
+    let ranges: Vec<Vec<(i64, i64)>> = lens
+        .iter()
+        .map(|&(_, s_k)| {
+            let a = rng.gen_range(0..s_k.max(1)) as i64;
+            vec![(a, a + rng.gen_range(1..40)), (5, 5)]
+        })
+        .collect();
+    let opts: Vec<RefOpts> = ranges
+        .iter()
+        .map(|r| RefOpts { mm_prefix: if with_prefix { r.clone() } else { vec![] }, ..f.ref_opts(max.1) })
+        .collect();
+    let exp = expected(&x.seqs(), &opts, heads, dtype, LseLayout::VarLen);
+    let flat: Vec<i32> = ranges.iter().flatten().flat_map(|&(a, b)| [a as i32, b as i32]).collect();
+    let ranges_t = Tensor::from_vec(flat, (lens.len(), 2, 2), &Device::Cpu).unwrap();
+    let (sq, sk) = x.seqlens();
+    let mut args = vec![&x.q, &p.k_pages, &p.v_pages, &sq, &sk, &p.table];
+    args.extend(with_prefix.then_some(&ranges_t));
+    let what = format!("paged {dtype:?} page {page} heads {heads:?} prefix {with_prefix}");
+    check_gpu_vs_cpu(&what, cpu, &args, &exp, |a| {
+        let (kv, lens) = paged_args(a, page, max);
+        out_only(calls::paged(&a[0], &kv, a.get(6), &lens, f))
+    });
+    check_lse_variant(&format!("{what} with_lse"), cpu, &args, &exp, true, |a| {
+        let (kv, lens) = paged_args(a, page, max);
+        with_lse(calls::paged_with_lse(&a[0], &kv, a.get(6), &lens, f))
+    });
 }
 
 pub fn split_decode_matches_cpu() {
@@ -146,6 +156,10 @@ pub fn decode_with_extras_matches_cpu() {
             with_lse(calls::batch_op(f.with_alibi(a.get(3))).forward_with_lse(&a[0], &a[1], &a[2]))
         });
     }
+    // Paged decode with prefix ranges and softcap (4 rows per k/v head: the decode tile).
+    let f = Features { scale: 0.09, window: CAUSAL, alibi: None, softcap: Some(5.0) };
+    let lens = [(1, 3000), (1, 1), (1, 700), (1, 0)];
+    check_paged_with_ranges(&cpu, &mut rng, &lens, (16, (8, 2, 128), DType::BF16), (1, 3000), f, true);
 }
 
 pub fn paged_decode_of_every_head_dim_tile_matches_cpu() {

@@ -104,9 +104,10 @@ fn build() -> BuildResult<()> {
 
 #[cfg(feature = "triton")]
 fn build() -> BuildResult<()> {
-    #[cfg(feature = "rocm")]
+    // `amd-emulator` compiles the AMD Triton kernels (no CK) to run them on an ISA emulator.
+    #[cfg(any(feature = "rocm", feature = "amd-emulator"))]
     let amd_archs = selection::amd_archs()?;
-    #[cfg(not(feature = "rocm"))]
+    #[cfg(not(any(feature = "rocm", feature = "amd-emulator")))]
     let amd_archs: Vec<String> = Vec::new();
     #[cfg(feature = "cuda-verify")]
     let cuda_targets = selection::cuda_targets()?;

@@ -13,6 +13,8 @@
 mod buffer;
 mod compute_units;
 mod cuda;
+#[cfg(feature = "amd-emulator")]
+pub mod emulator;
 mod error;
 mod fault_word;
 mod hip;

@@ -1,0 +1,48 @@
+//! Emulator against CPU backend: the same call on the same CPU tensors, once on each.
+use candle::{DType, Result, Tensor};
+use flash_attn_rocm::gpu::Driver;
+use flash_attn_rocm::triton::offload::run_on_gpu;
+
+use crate::common::values;
+
+/// What a call returns: the output and, for the `*_with_lse` functions, the LSE.
+pub type Outcome = Result<(Tensor, Option<Tensor>)>;
+
+/// Largest |emulated - cpu| allowed, relative to `1 + |cpu|`: a few units in the last place of
+/// the output type (both sides round an f32 accumulation once).
+fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::BF16 => 2e-2,
+        _ => 3e-3,
+    }
+}
+const LSE_TOLERANCE: f64 = 2e-4;
+
+/// Worst |a - b| / (1 + |b|), and where; NaNs count as infinitely wrong.
+fn worst(a: &[f64], b: &[f64]) -> (f64, usize) {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).enumerate().fold((0.0, 0), |(w, at), (i, (x, y))| {
+        let e = if x.is_nan() != y.is_nan() { f64::INFINITY } else if x.is_nan() { 0.0 } else { (x - y).abs() / (1.0 + y.abs()) };
+        if e > w { (e, i) } else { (w, at) }
+    })
+}
+
+/// Runs `f` on the CPU backend and on the emulated GPU of `driver`; panics naming the worst
+/// element when they differ beyond the tolerance. Prints one `emu-diff` line per call.
+pub fn check(what: &str, driver: &'static Driver, f: impl Fn() -> Outcome) {
+    let (cpu_out, cpu_lse) = f().unwrap_or_else(|e| panic!("{what}: cpu: {e}"));
+    let started = std::time::Instant::now();
+    let (emu_out, emu_lse) = run_on_gpu(driver, &f).unwrap_or_else(|e| panic!("{what}: emulator: {e}"));
+    let seconds = started.elapsed().as_secs_f64();
+    assert_eq!(emu_out.dims(), cpu_out.dims(), "{what}: dims");
+    let (emu, cpu) = (values(&emu_out), values(&cpu_out));
+    let (err, at) = worst(&emu, &cpu);
+    let lse_err = match (&cpu_lse, &emu_lse) {
+        (Some(c), Some(e)) => worst(&values(e), &values(c)).0,
+        (None, None) => 0.0,
+        _ => panic!("{what}: an LSE on one side only"),
+    };
+    eprintln!("emu-diff {err:.2e} lse {lse_err:.2e} {seconds:.1} s {what}");
+    assert!(err <= tolerance(cpu_out.dtype()), "{what}: element {at}: emulated {} cpu {} (relative error {err:.3e})", emu[at], cpu[at]);
+    assert!(lse_err <= LSE_TOLERANCE, "{what}: LSE relative error {lse_err:.3e}");
+}

@@ -1,0 +1,43 @@
+//! One trial per emulated arch and kernel class (`gfx1100::prefill`, ...), each reported ignored
+//! with the reason where it cannot run: no emulator (the variable unset, no libpython), or the
+//! arch not among the build's targets.
+use flash_attn_rocm::gpu::Driver;
+use flash_attn_rocm::triton::embedded_targets;
+use libtest_mimic::{Arguments, Completion, Trial};
+
+/// A kernel class's test body, given the emulated arch's driver.
+pub type ClassTest = (&'static str, fn(&'static Driver));
+
+/// The archs the harness drives, in the order of the report.
+pub const ARCHS: [&str; 6] = ["gfx942", "gfx1100", "gfx1201", "gfx90a", "gfx1030", "gfx1103"];
+
+fn unavailable(arch: &str) -> Option<String> {
+    if !embedded_targets().contains(&arch) {
+        return Some(format!("{arch} is not built (FLASH_ATTN_ROCM_ARCHS; built: {:?})", embedded_targets()));
+    }
+    Driver::emulator(arch).err().map(|e| format!("no emulator: {e}"))
+}
+
+pub fn run(classes: &'static [ClassTest]) -> ! {
+    let args = Arguments::from_args();
+    let mut trials = Vec::new();
+    for arch in ARCHS {
+        let why = if args.list { None } else { unavailable(arch) };
+        if let Some(why) = &why {
+            eprintln!("{arch}: skipped: {why}");
+        }
+        for &(class, test) in classes {
+            let why = why.clone();
+            trials.push(Trial::ignorable_test(format!("{arch}::{class}"), move || match why {
+                Some(_) => Ok(Completion::ignored_with("emulated arch unavailable")),
+                None => {
+                    let started = std::time::Instant::now();
+                    test(Driver::emulator(arch).expect("checked"));
+                    eprintln!("{arch}::{class}: {:.1} s", started.elapsed().as_secs_f64());
+                    Ok(Completion::Completed)
+                }
+            }));
+        }
+    }
+    libtest_mimic::run(&args, trials).exit()
+}

@@ -7,10 +7,6 @@ from dataclasses import dataclass
 
 PT_LOAD, PT_NOTE, SHT_SYMTAB = 1, 4, 2
 NT_AMDGPU_METADATA = 32
-EF_AMDGPU_MACH = 0xFF
-# e_flags machine numbers (LLVM's AMDGPUUsage) of the archs this crate builds.
-MACHS = {0x2F: "gfx1100", 0x30: "gfx1101", 0x31: "gfx1102", 0x44: "gfx1103", 0x36: "gfx1030",
-         0x48: "gfx1201", 0x4C: "gfx942", 0x3F: "gfx90a", 0x4F: "gfx950"}
 
 
 def emulator_arch(target):
@@ -111,8 +107,6 @@ class CodeObject:
     def __init__(self, image):
         if image[:4] != b"\x7fELF" or image[4] != 2:
             raise ValueError("not a 64-bit ELF code object")
-        flags, = struct.unpack_from("<I", image, 0x30)
-        self.target = MACHS.get(flags & EF_AMDGPU_MACH, f"unknown mach {flags & EF_AMDGPU_MACH:#x}")
         self.segments, notes = [], []
         phoff, = struct.unpack_from("<Q", image, 0x20)
         phentsize, phnum = struct.unpack_from("<HH", image, 0x36)
@@ -123,6 +117,8 @@ class CodeObject:
             elif ptype == PT_NOTE:
                 notes.append(image[offset:offset + filesz])
         metadata = self._metadata(notes)
+        # "amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-" -> "gfx942"
+        self.target = metadata.get("amdhsa.target", "").rsplit("-", 1)[-1].split(":")[0]
         symbols = self._symbols(image)
         self.kernels = {}
         for meta in metadata.get("amdhsa.kernels", []):

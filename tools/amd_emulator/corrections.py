@@ -19,12 +19,6 @@ def _emu():
     return emu
 
 
-def patch_loaded_code(module):
-    """Rewrites, in the host copy of a loaded code object, instructions that have no effect in a
-    cache-less emulator but that it cannot decode (cache invalidates) into s_nop."""
-    handlers.nop_cache_invalidates(module)
-
-
 @contextlib.contextmanager
 def active(arch):
     """Routes the instructions `handlers` implements to them while the emulator runs."""

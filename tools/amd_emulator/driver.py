@@ -38,10 +38,6 @@ class LoadedModule:
         self.base = (ctypes.addressof(self.memory) + 4095) & ~4095
         for vaddr, data, _ in self.code.segments:
             ctypes.memmove(self.base + vaddr, bytes(data), len(data))
-        # Instructions the emulator lacks but that change nothing here (cache invalidates)
-        # become s_nop in this host copy; see corrections.py.
-        import corrections
-        corrections.patch_loaded_code(self)
 
 
 def _read_u64(addr):
@@ -153,6 +149,8 @@ def launch(fid, gx, gy, gz, bx, by, bz, dynamic_lds, params):
     packet = ctypes.create_string_buffer(bytes(dispatch_packet(grid, block, kernel, ctypes.addressof(kernargs))))
     entry = module.base + kernel.descriptor_vaddr + kd.entry_offset
     rsrc2 = rsrc2_with_lds(kd.rsrc2, kd.group_segment_fixed_size + dynamic_lds)
+    import handlers
+    handlers.launch_facts["lds_bytes"] = kd.group_segment_fixed_size + dynamic_lds
     start = time.time()
     with corrections.active(module.arch):
         run_asm(entry, module.base + module.code.image_size() - entry, gx, gy, gz, bx, by, bz,

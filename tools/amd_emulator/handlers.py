@@ -196,8 +196,131 @@ def ds_bpermute_b32(wave, word, size):
     wave.advance(size)
 
 
-def nop_cache_invalidates(module):
-    pass
+# ---------------------------------------------------------------------------------------------
+# RDNA3 MUBUF / RDNA4 VBUFFER loads and stores (RDNA3 ISA "Buffer instructions", RDNA4 ISA
+# "Buffer instructions"; the emulator decodes neither). Address = base + soffset + offset +
+# stride * index, offset = (offen ? VGPR[vaddr + idxen] : 0) + instruction offset, index =
+# idxen ? VGPR[vaddr] : 0. V#: base [47:0], stride [61:48], num_records [95:64], OOB_SELECT
+# [125:124]. Out of range (loads return 0, stores are dropped): OOB_SELECT 3 (raw, what Triton
+# sets): any byte of the access at or past num_records of the buffer offset (soffset excluded);
+# 2: never; 0/1 (structured): index >= num_records (0 also: offset >= stride).
+# ---------------------------------------------------------------------------------------------
+
+# op -> (bytes, kind): kind "load" (whole dwords), "u16" (zero-extended), "d16"/"d16_hi" (one
+# half of the VGPR, the other kept), "store", "store_hi" (the high half).
+BUFFER_OPS = {18: (2, "u16"), 20: (4, "load"), 21: (8, "load"), 22: (12, "load"), 23: (16, "load"),
+              24: (1, "store"), 25: (2, "store"), 26: (4, "store"), 27: (8, "store"), 28: (12, "store"),
+              29: (16, "store"), 32: (2, "d16"), 35: (2, "d16_hi"), 37: (2, "store_hi")}
+BUFFER_NAMES = {18: "BUFFER_LOAD_U16", 20: "BUFFER_LOAD_B32", 21: "BUFFER_LOAD_B64", 22: "BUFFER_LOAD_B96",
+                23: "BUFFER_LOAD_B128", 24: "BUFFER_STORE_B8", 25: "BUFFER_STORE_B16", 26: "BUFFER_STORE_B32",
+                27: "BUFFER_STORE_B64", 28: "BUFFER_STORE_B96", 29: "BUFFER_STORE_B128",
+                32: "BUFFER_LOAD_D16_B16", 35: "BUFFER_LOAD_D16_HI_B16", 37: "BUFFER_STORE_D16_HI_B16"}
+CACHE_INVALIDATES = {43: "BUFFER_GL0_INV", 44: "BUFFER_GL1_INV"}
+NULL_SGPR = 124  # RDNA's NULL operand: reads 0
+
+
+def decode_buffer(arch, word):
+    """(op, vdata, vaddr, first SGPR of the V#, soffset operand, offset, offen, idxen)."""
+    if arch == "rdna3":
+        return (bits(word, 25, 18), bits(word, 47, 40), bits(word, 39, 32), 4 * bits(word, 52, 48),
+                bits(word, 63, 56), bits(word, 11, 0), bits(word, 54, 54), bits(word, 55, 55))
+    offset = bits(word, 95, 72)
+    return (bits(word, 21, 14), bits(word, 39, 32), bits(word, 71, 64), bits(word, 49, 41),
+            bits(word, 6, 0), offset - (1 << 24) if offset >> 23 else offset, bits(word, 62, 62), bits(word, 63, 63))
+
+
+def buffer_access(wave, arch, word, size):
+    op, vdata, vaddr, rsrc, soffset, inst_offset, offen, idxen = decode_buffer(arch, word)
+    width, kind = BUFFER_OPS[op]
+    v = [int(x) for x in wave.sgpr[rsrc:rsrc + 4]]
+    base, stride, num_records, oob_select = v[0] | (v[1] & 0xFFFF) << 32, (v[1] >> 16) & 0x3FFF, v[2], (v[3] >> 28) & 3
+    soff = 0 if soffset == NULL_SGPR else wave.scalar(soffset)
+    for lane in wave.active_lanes():
+        index = int(wave.vgpr[vaddr, lane]) if idxen else 0
+        offset = ((int(wave.vgpr[vaddr + idxen, lane]) if offen else 0) + inst_offset) & 0xFFFFFFFF
+        if oob_select == 3:
+            out = offset + width > num_records
+        elif oob_select == 2:
+            out = False
+        else:
+            out = index >= num_records or (oob_select == 0 and stride and offset >= stride)
+        address = base + soff + offset + stride * index
+        if kind.startswith("store"):
+            if out:
+                continue
+            data = b"".join(struct.pack("<I", int(wave.vgpr[vdata + k, lane])) for k in range((width + 3) // 4))
+            if kind == "store_hi":
+                data = data[2:4]
+            ctypes.memmove(address, data[:width], width)
+            continue
+        raw = bytes(width) if out else ctypes.string_at(address, width)
+        if kind == "load":
+            for k in range(width // 4):
+                wave.vgpr[vdata + k, lane] = struct.unpack_from("<I", raw, 4 * k)[0]
+        else:
+            half = struct.unpack("<H", raw)[0]
+            old = int(wave.vgpr[vdata, lane])
+            wave.vgpr[vdata, lane] = {"u16": half, "d16": (old & 0xFFFF0000) | half,
+                                      "d16_hi": (old & 0xFFFF) | half << 16}[kind]
+    wave.advance(size)
+
+
+def cache_invalidate(wave, word, size):
+    """Invalidates a cache level; the emulator has no caches, so nothing but the PC changes."""
+    wave.advance(size)
+
+
+for _arch in ("rdna3", "rdna4"):
+    for _name in BUFFER_NAMES.values():
+        HANDLERS[(_arch, _name)] = (lambda a: lambda wave, word, size: buffer_access(wave, a, word, size))(_arch)
+for _name in CACHE_INVALIDATES.values():
+    HANDLERS[("rdna3", _name)] = cache_invalidate
+HANDLERS[("rdna4", "GLOBAL_INV")] = cache_invalidate
+
+
+def _lds_read_u16(wave, address):
+    if address + 2 > launch_facts["lds_bytes"]:
+        return 0  # out-of-range LDS reads return 0
+    return ctypes.c_uint16.from_address(wave.lds_addr + address).value
+
+
+@handler("rdna3", "DS_LOAD_U16_D16", "DS_LOAD_U16_D16_HI")
+@handler("rdna4", "DS_LOAD_U16_D16", "DS_LOAD_U16_D16_HI")
+def ds_load_u16_d16(wave, word, size):
+    """RDNA3/RDNA4 ISA DS_LOAD_U16_D16: `RETURN_DATA[15:0].u16 = MEM[ADDR].u16`, bits 31:16
+    preserved; _HI: `RETURN_DATA[31:16].u16 = MEM[ADDR].u16`, bits 15:0 preserved. DS fields:
+    offset0 7:0, offset1 15:8, op 25:18, addr 39:32, vdst 63:56; ADDR = VGPR[addr] + offset."""
+    high = bits(word, 25, 18) == DS_LOAD_U16_D16_HI_OP
+    offset, addr, vdst = bits(word, 15, 0), bits(word, 39, 32), bits(word, 63, 56)
+    for lane in wave.active_lanes():
+        value = _lds_read_u16(wave, (int(wave.vgpr[addr, lane]) + offset) & 0xFFFFFFFF)
+        old = int(wave.vgpr[vdst, lane])
+        wave.vgpr[vdst, lane] = (old & 0xFFFF) | value << 16 if high else (old & 0xFFFF0000) | value
+    wave.advance(size)
+
+
+DS_LOAD_U16_D16_HI_OP = 167  # RDNA3 and RDNA4 opcode of DS_LOAD_U16_D16_HI (DS_LOAD_U16_D16: 166)
+
+
+@handler("rdna3", "V_PERMLANEX16_B32")
+@handler("rdna4", "V_PERMLANEX16_B32")
+def permlanex16_b32(wave, word, size):
+    """RDNA3/RDNA4 ISA V_PERMLANEX16_B32 (VOP3: vdst 7:0, src0 40:32, src1 49:41, src2 58:50; a
+    32-bit literal follows when a source is 255): lanesel = {S2, S1}; lane 16 * row + i of each
+    row takes tmp[16 * altrow + lanesel[4i+3:4i]], altrow = row ^ 1, tmp = S0 of every lane as
+    before the instruction; written where EXEC."""
+    literal = (word >> 64) & 0xFFFFFFFF if size == 12 else None
+    vdst, src0 = bits(word, 7, 0), bits(word, 40, 32)
+    s1 = int(read_src(wave, bits(word, 49, 41), literal)[0])
+    s2 = int(read_src(wave, bits(word, 58, 50), literal)[0])
+    lanesel = s1 | s2 << 32
+    tmp = read_src(wave, src0, literal)
+    out = tmp.copy()
+    for lane in range(wave.wave_size):
+        row, i = lane // 16, lane % 16
+        out[lane] = tmp[16 * (row ^ 1) + (lanesel >> (4 * i) & 0xF)]
+    write_lanes(wave, vdst, out)
+    wave.advance(size)
 
 
 class _Program:
@@ -216,12 +339,22 @@ def runner_for(pc, arch):
     """The emulator's (program, runtime) pair for the instruction at `pc` when we handle it."""
     from tinygrad.renderer.amd import decode_inst
     raw = ctypes.string_at(pc, 16)
-    inst = decode_inst(raw, arch)
-    name = inst.op.name if hasattr(inst, "op") and hasattr(inst.op, "name") else None
+    first = int.from_bytes(raw[:4], "little")
+    buffer_encoding = {"rdna3": (0b111000, 8), "rdna4": (0b110001, 12)}.get(arch)
+    if buffer_encoding and first >> 26 == buffer_encoding[0]:
+        size = buffer_encoding[1]
+        op = bits(int.from_bytes(raw[:size], "little"), 25, 18) if arch == "rdna3" else bits(first, 21, 14)
+        name = BUFFER_NAMES.get(op) or CACHE_INVALIDATES.get(op) or f"buffer op {op}"
+        if (arch, name) not in HANDLERS:
+            raise NotImplementedError(f"{arch} {name}: neither the emulator nor our handlers implement it")
+        inst = None
+    else:
+        inst = decode_inst(raw, arch)
+        name = inst.op.name if hasattr(inst, "op") and hasattr(inst.op, "name") else None
     fn = HANDLERS.get((arch, name))
     if fn is None or (enabled is not None and name not in enabled):
         return None
-    size = inst.size()
+    size = inst.size() if inst is not None else size
     word = int.from_bytes(raw[:size], "little")
     wave_size = 64 if arch == "cdna" else 32
     return (_Program(), _Runtime(lambda *bufs: fn(Wave(bufs, wave_size), word, size))), inst

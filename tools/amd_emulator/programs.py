@@ -80,6 +80,7 @@ def run(arch, body, inputs, outputs, lanes=None, lds_bytes=0, corrected=()):
     user = [src.ctypes.data & 0xFFFFFFFF, src.ctypes.data >> 32, dst.ctypes.data & 0xFFFFFFFF, dst.ctypes.data >> 32]
     granules = (lds_bytes + 511) // 512
     rsrc2 = (USER_SGPRS << 1) | (granules << 15)
+    handlers.launch_facts["lds_bytes"] = granules * 512
     with corrections.active(arch), only_corrections(corrected):
         run_asm(ctypes.addressof(memory), len(code), 1, 1, 1, lanes, 1, 1, 0, rsrc2, 0, arch, user)
     return {reg: dst[n].copy() for n, reg in enumerate(outputs)}

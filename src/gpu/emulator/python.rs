@@ -1,29 +1,26 @@
 //! CPython embedded through its shared library, loaded at run time: the emulator is Python and
 //! must run in this process, because the addresses our kernels get are this process's.
 //!
-//! Only five functions of the C API are used; every call runs under the GIL
-//! (`PyGILState_Ensure`), and calls are serialized by a lock because the emulator's caches are
-//! not meant for concurrent launches.
+//! One thread owns the interpreter: it initializes it, keeps the GIL and runs every piece of
+//! source sent to it, in order (tinygrad's caches are bound to the thread that opened them, and
+//! one launch at a time is what the emulator expects). Only four functions of the C API are used.
 
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_char, c_int, CString};
 use std::path::Path;
 use std::process::Command;
+use std::sync::mpsc::{channel, sync_channel, Sender, SyncSender};
 use std::sync::Mutex;
 
 use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
 
 type RunString = unsafe extern "C" fn(*const c_char) -> c_int;
-type GilEnsure = unsafe extern "C" fn() -> c_int;
-type GilRelease = unsafe extern "C" fn(c_int);
 
-/// An initialized interpreter (process-wide; never finalized).
+/// Python source for the interpreter's thread, and where its status goes.
+type Request = (CString, SyncSender<c_int>);
+
+/// The interpreter's thread (process-wide; the interpreter is never finalized).
 pub(super) struct Python {
-    run_string: RunString,
-    gil_ensure: GilEnsure,
-    gil_release: GilRelease,
-    /// Held while a call runs: one emulator launch at a time.
-    serial: Mutex<()>,
-    _library: Library,
+    requests: Mutex<Sender<Request>>,
 }
 
 /// Asks `python` (an executable) where its shared library is and what its `sys.path` is.
@@ -55,40 +52,24 @@ impl Python {
         if !Path::new(&libpython).exists() {
             return Err(format!("{python} has no shared library ({libpython} is missing)"));
         }
-        // SAFETY: loading libpython runs no initialization code of consequence (its
-        // constructors only set up static data); RTLD_GLOBAL is required for its extension modules.
-        let library = unsafe { Library::open(Some(&libpython), RTLD_NOW | RTLD_GLOBAL) }
-            .map_err(|e| format!("dlopen {libpython}: {e}"))?;
-        // SAFETY: the types are the C API's declarations: void Py_InitializeEx(int),
-        // int Py_IsInitialized(void), PyThreadState *PyEval_SaveThread(void),
-        // int PyRun_SimpleString(const char *), PyGILState_STATE PyGILState_Ensure(void) (an
-        // enum, int-sized), void PyGILState_Release(PyGILState_STATE).
-        let (initialize, is_initialized, save_thread, run_string, gil_ensure, gil_release) = unsafe {
-            let get = |name: &[u8]| -> Result<*const c_void, String> {
-                library
-                    .get::<*const c_void>(name)
-                    .map(|s| *s)
-                    .map_err(|e| format!("{libpython}: {e}"))
-            };
-            (
-                std::mem::transmute::<*const c_void, unsafe extern "C" fn(c_int)>(get(b"Py_InitializeEx")?),
-                std::mem::transmute::<*const c_void, unsafe extern "C" fn() -> c_int>(get(b"Py_IsInitialized")?),
-                std::mem::transmute::<*const c_void, unsafe extern "C" fn() -> *mut c_void>(get(b"PyEval_SaveThread")?),
-                std::mem::transmute::<*const c_void, RunString>(get(b"PyRun_SimpleString")?),
-                std::mem::transmute::<*const c_void, GilEnsure>(get(b"PyGILState_Ensure")?),
-                std::mem::transmute::<*const c_void, GilRelease>(get(b"PyGILState_Release")?),
-            )
-        };
-        // SAFETY: no interpreter exists in this process unless one is (checked); initializing
-        // leaves this thread holding the GIL, which SaveThread gives up so that any thread can
-        // take it with PyGILState_Ensure. The interpreter is never finalized.
-        unsafe {
-            if is_initialized() == 0 {
-                initialize(0);
-                save_thread();
-            }
-        }
-        let python = Python { run_string, gil_ensure, gil_release, serial: Mutex::new(()), _library: library };
+        let (requests, incoming) = channel::<Request>();
+        let (started, start_status) = sync_channel::<Result<(), String>>(1);
+        std::thread::Builder::new()
+            .name("amd-emulator-python".to_owned())
+            .spawn(move || match open_interpreter(&libpython) {
+                Err(message) => drop(started.send(Err(message))),
+                Ok((run_string, _library)) => {
+                    let _ = started.send(Ok(()));
+                    for (code, reply) in incoming {
+                        // SAFETY: this thread initialized the interpreter and holds its GIL;
+                        // `code` is NUL-terminated and alive during the call.
+                        let _ = reply.send(unsafe { run_string(code.as_ptr()) });
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the interpreter's thread: {e}"))?;
+        start_status.recv().map_err(|_| "the interpreter's thread ended".to_owned())??;
+        let python = Python { requests: Mutex::new(requests) };
         python.run(&format!("import sys, json\nsys.path[:0] = [p for p in json.loads({sys_path:?}) if p not in sys.path]\n{init}"))?;
         Ok(python)
     }
@@ -97,18 +78,38 @@ impl Python {
     /// (Python prints its traceback to stderr).
     pub(super) fn run(&self, code: &str) -> Result<(), String> {
         let code = CString::new(code).map_err(|_| "Python source with a NUL byte".to_owned())?;
-        let _serial = self.serial.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: the interpreter is initialized (start); the GIL is taken for the call and given
-        // back; `code` is NUL-terminated and outlives the call.
-        let status = unsafe {
-            let gil = (self.gil_ensure)();
-            let status = (self.run_string)(code.as_ptr());
-            (self.gil_release)(gil);
-            status
-        };
-        match status {
-            0 => Ok(()),
-            _ => Err("the emulator's Python raised (traceback on stderr)".to_owned()),
+        let (reply, status) = sync_channel(1);
+        let sent = self.requests.lock().unwrap_or_else(|e| e.into_inner()).send((code, reply));
+        match sent.ok().and_then(|()| status.recv().ok()) {
+            Some(0) => Ok(()),
+            Some(_) => Err("the emulator's Python raised (traceback on stderr)".to_owned()),
+            None => Err("the interpreter's thread ended".to_owned()),
         }
     }
+}
+
+/// Loads libpython (with global symbols, which extension modules such as numpy's resolve
+/// against) and initializes it on the calling thread, which keeps the GIL.
+fn open_interpreter(libpython: &str) -> Result<(RunString, Library), String> {
+    // SAFETY: loading libpython runs only its static initializers.
+    let library = unsafe { Library::open(Some(libpython), RTLD_NOW | RTLD_GLOBAL) }
+        .map_err(|e| format!("dlopen {libpython}: {e}"))?;
+    // SAFETY: the types are the C API's: void Py_InitializeEx(int), int Py_IsInitialized(void),
+    // int PyRun_SimpleString(const char *).
+    let (initialize, is_initialized, run_string) = unsafe {
+        (
+            *library.get::<unsafe extern "C" fn(c_int)>(b"Py_InitializeEx").map_err(|e| e.to_string())?,
+            *library.get::<unsafe extern "C" fn() -> c_int>(b"Py_IsInitialized").map_err(|e| e.to_string())?,
+            *library.get::<RunString>(b"PyRun_SimpleString").map_err(|e| e.to_string())?,
+        )
+    };
+    // SAFETY: no other interpreter runs in this process (the emulator's is the only one this
+    // crate starts; checked); initializing leaves this thread holding the GIL for good.
+    unsafe {
+        if is_initialized() != 0 {
+            return Err("a Python interpreter already runs in this process".to_owned());
+        }
+        initialize(0);
+    }
+    Ok((run_string, library))
 }

@@ -52,7 +52,8 @@ def mfma_f32_32x32x8_f16():
             expected[r, lane] = d[(r % 4) + 8 * (r // 4) + 4 * (lane // 32), lane % 32]
     body = [ins.v_mfma_f32_32x32x8_f16(ins.v[20:35], ins.v[2:3], ins.v[4:5], 0)]
     inputs = {2: a_regs[0], 3: a_regs[1], 4: b_regs[0], 5: b_regs[1]}
-    return "cdna", body, inputs, list(range(20, 32)), expected[:12].view(np.uint32), ["V_MFMA_F32_32X32X8_F16"]
+    return dict(arch="cdna", body=body, inputs=inputs, outputs=list(range(20, 32)), expected=expected[:12].view(np.uint32),
+                names=["V_MFMA_F32_32X32X8_F16"])
 
 
 @check
@@ -65,7 +66,8 @@ def cvt_f16_f32_to_v128_and_up():
     keep = np.full(64, 0x12345678, np.uint32)
     expected = np.stack([(old & 0xFFFF0000) | x.astype(np.float16).view(np.uint16), keep])
     body = [ins.v_mov_b32_e32(ins.v[130], ins.v[3]), ins.v_cvt_f16_f32_e32(ins.v[130], ins.v[2])]
-    return "cdna", body, {2: x.view(np.uint32), 3: old, 4: keep}, [130, 4], expected, ["V_CVT_F16_F32_E32"]
+    return dict(arch="cdna", body=body, inputs={2: x.view(np.uint32), 3: old, 4: keep}, outputs=[130, 4],
+                expected=expected, names=["V_CVT_F16_F32_E32"])
 
 
 @check
@@ -79,25 +81,141 @@ def ds_bpermute_b32_wraps_lanes():
     data = lanes * 1000 + 7
     expected = data[(lanes + 37) % 64][None, :]
     body = [ins.DS(ins.DSOp.DS_BPERMUTE_B32, addr=ins.v[2], data0=ins.v[3], vdst=ins.v[4])]
-    return "cdna", body, {2: addr, 3: data}, [4], expected, ["DS_BPERMUTE_B32"]
+    return dict(arch="cdna", body=body, inputs={2: addr, 3: data}, outputs=[4], expected=expected,
+                names=["DS_BPERMUTE_B32"])
+
+
+@check
+def ds_load_u16_d16_and_hi():
+    """RDNA3 ISA DS_LOAD_U16_D16: `RETURN_DATA[15:0].u16 = MEM[ADDR].u16`, bits 31:16 preserved;
+    DS_LOAD_U16_D16_HI: `RETURN_DATA[31:16].u16 = MEM[ADDR].u16`, bits 15:0 preserved. The LDS is
+    filled by ds_store_b32 first; each lane reads the high half of its own word (offset 2)."""
+    ins = programs.isa("rdna3")
+    lanes = np.arange(32, dtype=np.uint32)
+    data = 0x1000 * lanes + 0x50000 * (lanes + 1) + 0x0123
+    old = 0xA5A50000 + 0x11 * lanes
+    high = data >> 16
+    expected = np.stack([(old & 0xFFFF) | (high << 16), (old & 0xFFFF0000) | high])
+    body = [ins.DS(ins.DSOp.DS_STORE_B32, addr=ins.v[1], data0=ins.v[2]), ins.s_waitcnt(simm16=0),
+            ins.v_mov_b32_e32(ins.v[5], ins.v[4]),
+            ins.DS(ins.DSOp.DS_LOAD_U16_D16_HI, addr=ins.v[1], vdst=ins.v[4], offset0=2),
+            ins.DS(ins.DSOp.DS_LOAD_U16_D16, addr=ins.v[1], vdst=ins.v[5], offset0=2)]
+    return dict(arch="rdna3", body=body, inputs={2: data, 4: old}, outputs=[4, 5], expected=expected,
+                names=["DS_LOAD_U16_D16", "DS_LOAD_U16_D16_HI"], lds_bytes=512)
+
+
+def permlanex16_expected(src, lanesel):
+    """RDNA3 ISA V_PERMLANEX16_B32 pseudocode: lane 16 * row + i <- tmp[16 * (row ^ 1) +
+    lanesel[4i+3:4i]]."""
+    return np.array([src[16 * ((l // 16) ^ 1) + (lanesel >> (4 * (l % 16)) & 0xF)] for l in range(len(src))], np.uint32)
+
+
+@check
+def permlanex16_b32_with_literal_select():
+    """V_PERMLANEX16_B32 v4, v2, <literal 0x0f1e2d3c>, s5 (s5 = 0x8796a5b4): the literal is the
+    low 32 select bits; each lane takes its select nibble's lane of the other row."""
+    ins = programs.isa("rdna3")
+    src = np.arange(32, dtype=np.uint32) * 3 + 100
+    s1, s2 = 0x0F1E2D3C, 0x8796A5B4
+    body = [ins.s_mov_b32(ins.s[5], s2), ins.v_permlanex16_b32(ins.v[4], ins.v[2], s1, ins.s[5])]
+    expected = permlanex16_expected(src, s1 | s2 << 32)[None, :]
+    return dict(arch="rdna3", body=body, inputs={2: src}, outputs=[4], expected=expected, names=["V_PERMLANEX16_B32"])
+
+
+RAW_V_SHARP_WORD3 = 0x31027000  # what Triton's gfx11 kernels put in V# word 3: OOB_SELECT 3 (raw)
+
+
+def _v_sharp(ins, first, base_lo, base_hi, num_records):
+    """s[first:first+3] = a raw buffer resource over the address in (base_lo, base_hi)."""
+    return [ins.s_mov_b32(ins.s[first], base_lo), ins.s_and_b32(ins.s[first + 1], base_hi, 0xFFFF),
+            ins.s_mov_b32(ins.s[first + 2], num_records), ins.s_mov_b32(ins.s[first + 3], RAW_V_SHARP_WORD3)]
+
+
+@check
+def buffer_load_b32_b128_out_of_range_read_zero():
+    """RDNA3 ISA MUBUF BUFFER_LOAD_B32 / _B128 `offen` over a raw V# (OOB_SELECT 3) of 100 bytes
+    at the inputs: a lane whose access reaches byte 100 or beyond (offsets 96 for 16 bytes,
+    0x80000000 as Triton's masked lanes) reads 0; the others read memory at base + offset."""
+    ins = programs.isa("rdna3")
+    lanes = np.arange(32, dtype=np.uint32)
+    offsets = np.where(lanes % 4 == 3, 0x80000000, (lanes * 8) % 112).astype(np.uint32)
+    memory = np.arange(32, dtype=np.uint32) * 0x01010101 + 0x0A0B0C0D
+    blob = np.concatenate([offsets, memory]).view(np.uint8)  # rows as the program's inputs lie
+    num_records = 100
+    def load(offset, width):
+        if offset + width > num_records:
+            return np.zeros(width // 4, np.uint32)
+        return blob[offset:offset + width].view(np.uint32)
+    b32 = np.array([load(int(o), 4)[0] for o in offsets], np.uint32)
+    b128 = np.stack([load(int(o), 16) for o in offsets], axis=1)
+    body = _v_sharp(ins, 8, ins.s[0], ins.s[1], num_records) + [
+        ins.MUBUF(ins.MUBUFOp.BUFFER_LOAD_B32, vdata=ins.v[6], vaddr=ins.v[2], srsrc=ins.s[8:11], soffset=ins.NULL, offen=1),
+        ins.MUBUF(ins.MUBUFOp.BUFFER_LOAD_B128, vdata=ins.v[8:11], vaddr=ins.v[2], srsrc=ins.s[8:11], soffset=ins.NULL, offen=1)]
+    return dict(arch="rdna3", body=body, inputs={2: offsets, 3: memory}, outputs=[6, 8, 9, 10, 11],
+                expected=np.concatenate([b32[None, :], b128]),
+                names=["BUFFER_LOAD_B32", "BUFFER_LOAD_B128"])
+
+
+@check
+def buffer_store_b16_writes_two_bytes_in_range_only():
+    """RDNA3 ISA BUFFER_STORE_B16: `MEM[ADDR].b16 = VDATA[15:0]`, two bytes, nothing else; dropped
+    out of range. Lanes store at byte 2 * lane of a raw V# of 40 bytes over the inputs' row of
+    v3, so lanes 20.. (and every 5th lane, at 0x80000000) write nothing."""
+    ins = programs.isa("rdna3")
+    lanes = np.arange(32, dtype=np.uint32)
+    offsets = np.where(lanes % 5 == 4, 0x80000000, 2 * lanes).astype(np.uint32)
+    values = 0xBEEF0000 + lanes
+    target = np.full(32, 0x77777777, np.uint32)
+    after = target.view(np.uint16).copy()
+    for lane in range(32):
+        if offsets[lane] + 2 <= 40:
+            after[offsets[lane] // 2] = values[lane] & 0xFFFF
+    body = [ins.s_add_u32(ins.s[12], ins.s[0], 2 * 32 * 4), ins.s_addc_u32(ins.s[13], ins.s[1], 0)]
+    body += _v_sharp(ins, 8, ins.s[12], ins.s[13], 40)
+    body += [ins.MUBUF(ins.MUBUFOp.BUFFER_STORE_B16, vdata=ins.v[3], vaddr=ins.v[2], srsrc=ins.s[8:11], soffset=ins.NULL, offen=1),
+             ins.s_waitcnt(simm16=0), ins.v_mov_b32_e32(ins.v[6], 1)]
+    return dict(arch="rdna3", body=body, inputs={2: offsets, 3: values, 4: target}, outputs=[6],
+                expected=np.ones((1, 32), np.uint32), names=["BUFFER_STORE_B16"],
+                memory_row=(4, after.view(np.uint32)))
+
+
+@check
+def buffer_gl0_gl1_inv_change_nothing():
+    """RDNA3 ISA BUFFER_GL0_INV / BUFFER_GL1_INV invalidate caches: no register or memory value
+    changes; execution continues at the next instruction."""
+    ins = programs.isa("rdna3")
+    body = [ins.MUBUF(ins.MUBUFOp.BUFFER_GL0_INV), ins.MUBUF(ins.MUBUFOp.BUFFER_GL1_INV),
+            ins.v_add_nc_u32_e32(ins.v[4], 5, ins.v[2])]
+    src = np.arange(32, dtype=np.uint32)
+    return dict(arch="rdna3", body=body, inputs={2: src}, outputs=[4], expected=(src + 5)[None, :],
+                names=["BUFFER_GL0_INV", "BUFFER_GL1_INV"])
+
+
+def run_one(c, corrected):
+    """'right', 'wrong (...)' or 'fails: ...' for check `c` with the handlers `corrected`."""
+    memory = []
+    try:
+        out = programs.run(c["arch"], c["body"], c["inputs"], c["outputs"], lds_bytes=c.get("lds_bytes", 0),
+                           corrected=corrected, memory_out=memory)
+    except Exception as e:  # the emulator as it is may not decode the instruction
+        return f"fails: {type(e).__name__}: {str(e)[:100]}"
+    got = np.stack([out[r] for r in c["outputs"]])
+    wrong = int((got != c["expected"]).sum())
+    if "memory_row" in c:
+        row, want = c["memory_row"]
+        wrong += int((memory[0][sorted(c["inputs"]).index(row)] != want).sum())
+    return "right" if wrong == 0 else f"wrong ({wrong} words)"
 
 
 def run_all():
     failed = 0
     for fn in CHECKS:
-        arch, body, inputs, outputs, expected, names = fn()
-        results = {}
-        for label, corrected in (("emulator", ()), ("corrected", names)):
-            try:
-                out = programs.run(arch, body, inputs, outputs, corrected=corrected)
-                got = np.stack([out[r] for r in outputs])
-                results[label] = "right" if np.array_equal(got, expected) else \
-                    f"wrong ({int((got != expected).sum())} of {expected.size} words)"
-            except Exception as e:  # the emulator as it is may not decode the instruction
-                results[label] = f"fails: {type(e).__name__}: {str(e)[:120]}"
-        ok = results["corrected"] == "right"
+        c = fn()
+        emulator, corrected = run_one(c, ()), run_one(c, c["names"])
+        ok = corrected == "right"
         failed += not ok
-        print(f"{'PASS' if ok else 'FAIL'} {fn.__name__} ({arch}): emulator {results['emulator']}; with our handler {results['corrected']}")
+        print(f"{'PASS' if ok else 'FAIL'} {fn.__name__} ({c['arch']}, {', '.join(c['names'])}): "
+              f"emulator alone {emulator}; with our handler {corrected}")
     print(f"{len(CHECKS) - failed} of {len(CHECKS)} checks pass")
     return failed
 

@@ -64,10 +64,12 @@ def only_corrections(names):
         handlers.enabled = saved
 
 
-def run(arch, body, inputs, outputs, lanes=None, lds_bytes=0, corrected=()):
+def run(arch, body, inputs, outputs, lanes=None, lds_bytes=0, corrected=(), memory_out=None):
     """Runs the program on `lanes` lanes (the wave size by default); `inputs` maps VGPR -> u32
     per lane. Returns {VGPR: u32 per lane} for `outputs`. Offsets of the loads and stores must fit
-    the instruction's field (a dozen registers of 64 lanes at most)."""
+    the instruction's field (a dozen registers of 64 lanes at most). The inputs lie at s[0:1] as
+    [register][lane] u32 rows; `memory_out` (a list) receives those rows after the run, for
+    programs that store there."""
     from test.mockgpu.amd.emu import run_asm
     lanes = lanes or (64 if arch == "cdna" else 32)
     regs = sorted(inputs)
@@ -83,4 +85,6 @@ def run(arch, body, inputs, outputs, lanes=None, lds_bytes=0, corrected=()):
     handlers.launch_facts["lds_bytes"] = granules * 512
     with corrections.active(arch), only_corrections(corrected):
         run_asm(ctypes.addressof(memory), len(code), 1, 1, 1, lanes, 1, 1, 0, rsrc2, 0, arch, user)
+    if memory_out is not None:
+        memory_out.append(src.copy())
     return {reg: dst[n].copy() for n, reg in enumerate(outputs)}

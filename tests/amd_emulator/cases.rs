@@ -1,32 +1,234 @@
-//! The kernel classes, each on small shapes that still take every code path of its variants.
-use candle::DType;
+//! The kernel classes, each on small shapes that still take its variants' code paths: one
+//! work-group or a few per launch, so that a launch takes seconds on the emulator. Every call
+//! is checked against the CPU backend (compare.rs), and each class asserts which variants it
+//! launched (the emulator driver's record), so that the report says what ran.
+use candle::{DType, Tensor};
 use flash_attn_rocm as fa;
+use flash_attn_rocm::gpu::emulator::take_launches;
 use flash_attn_rocm::gpu::Driver;
+use flash_attn_rocm::triton::offload::run_on_gpu;
+use flash_attn_rocm::triton::take_faults;
+use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use crate::common::randn;
+use crate::common::ragged::{paginate, ragged, u32s, Ragged};
+use crate::common::{randn, values};
 use crate::compare::check;
 use crate::runner::ClassTest;
 
-pub const CLASSES: &[ClassTest] = &[("prefill", prefill)];
+pub const CLASSES: &[ClassTest] = &[
+    ("prefill", prefill),
+    ("prefill_head_dim_tiles", prefill_head_dim_tiles),
+    ("decode", decode),
+    ("split_keys_merge", split_keys_merge),
+    ("paged", paged),
+    ("varlen", varlen),
+    ("extras", extras),
+    ("decode_extras", decode_extras),
+    ("faults", faults),
+];
 
 const DTYPES: [DType; 2] = [DType::F16, DType::BF16];
 
-fn rng() -> rand::rngs::StdRng {
-    rand::rngs::StdRng::seed_from_u64(34)
+fn rng() -> StdRng {
+    StdRng::seed_from_u64(34)
 }
 
-/// Batch prefill: each head-dim tile (and a head dim below its tile), causal, a window, GQA.
+fn scale(d: usize) -> f32 {
+    1.0 / (d as f32).sqrt()
+}
+
+/// Runs the class body, then asserts that some launched variant contains each of `expected`
+/// (e.g. `_b32`, `merge_`) and prints them all: what the arch x class table reports.
+fn launched_must_include(what: &str, expected: &[&str]) {
+    let mut launched = take_launches();
+    launched.sort();
+    launched.dedup();
+    eprintln!("emu-launched {what}: {}", launched.join(" "));
+    for needle in expected {
+        assert!(launched.iter().any(|v| v.contains(needle)), "{what}: no variant with {needle:?} ran: {launched:?}");
+    }
+}
+
+fn batch_inputs(rng: &mut StdRng, (b, s_q, s_k, h, h_k, d): (usize, usize, usize, usize, usize, usize), dtype: DType) -> [Tensor; 3] {
+    [randn(rng, &[b, s_q, h, d], dtype), randn(rng, &[b, s_k, h_k, d], dtype), randn(rng, &[b, s_k, h_k, d], dtype)]
+}
+
+/// Batch prefill at d = 64: causal, a window, none; GQA 2/1; f16 and bf16; with the LSE.
 fn prefill(driver: &'static Driver) {
     let mut rng = rng();
+    take_launches();
     for dtype in DTYPES {
-        for d in [64] {
-            let (b, s_q, s_k, h, h_k) = (1, 40, 56, 2, 1);
-            let q = randn(&mut rng, &[b, s_q, h, d], dtype);
-            let k = randn(&mut rng, &[b, s_k, h_k, d], dtype);
-            let v = randn(&mut rng, &[b, s_k, h_k, d], dtype);
-            let scale = 1.0 / (d as f32).sqrt();
-            check(&format!("prefill {dtype:?} d{d} causal"), driver, || Ok((fa::flash_attn(&q, &k, &v, scale, true)?, None)));
-        }
+        let [q, k, v] = batch_inputs(&mut rng, (1, 40, 56, 2, 1, 64), dtype);
+        let s = scale(64);
+        check(&format!("prefill {dtype:?} d64 causal"), driver, || Ok((fa::flash_attn(&q, &k, &v, s, true)?, None)));
+        check(&format!("prefill {dtype:?} d64 window (20, 3)"), driver, || {
+            Ok((fa::flash_attn_windowed(&q, &k, &v, s, Some(20), Some(3))?, None))
+        });
+        check(&format!("prefill {dtype:?} d64 with lse"), driver, || {
+            let op = fa::FlashAttn { softmax_scale: s, alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None };
+            let (out, lse) = op.forward_with_lse(&q, &k, &v)?;
+            Ok((out, Some(lse)))
+        });
     }
+    launched_must_include("prefill", &["fwd_prefill_fp16_d64_flat", "fwd_prefill_bf16_d64_flat"]);
+}
+
+/// Every head-dim tile (32, 128, 256) and a head dim below its tile (40 on the 64 tile: the
+/// masked-d variant), f16 causal; bf16 at 128.
+fn prefill_head_dim_tiles(driver: &'static Driver) {
+    let mut rng = rng();
+    take_launches();
+    for (d, dtype) in [(32, DType::F16), (40, DType::F16), (128, DType::F16), (128, DType::BF16), (256, DType::F16)] {
+        let [q, k, v] = batch_inputs(&mut rng, (1, 24, 40, 1, 1, d), dtype);
+        let s = scale(d);
+        check(&format!("prefill {dtype:?} d{d} causal"), driver, || Ok((fa::flash_attn(&q, &k, &v, s, true)?, None)));
+    }
+    launched_must_include("prefill_head_dim_tiles", &["_d32_", "_d64p_", "fwd_prefill_fp16_d128_", "fwd_prefill_bf16_d128_", "_d256_"]);
+}
+
+/// Decode (one query row per sequence), GQA 4/1: the decode tile.
+fn decode(driver: &'static Driver) {
+    let mut rng = rng();
+    take_launches();
+    for dtype in DTYPES {
+        let [q, k, v] = batch_inputs(&mut rng, (2, 1, 70, 4, 1, 64), dtype);
+        check(&format!("decode {dtype:?} d64 b2 s_k 70"), driver, || Ok((fa::flash_attn(&q, &k, &v, scale(64), false)?, None)));
+    }
+    launched_must_include("decode", &["fwd_decode_fp16_d64_flat", "fwd_decode_bf16_d64_flat"]);
+}
+
+/// Keys split across programs (the plan on the arch's CU count) and merged by attn_merge.
+fn split_keys_merge(driver: &'static Driver) {
+    let mut rng = rng();
+    take_launches();
+    for dtype in DTYPES {
+        let [q, k, v] = batch_inputs(&mut rng, (1, 1, 600, 2, 1, 64), dtype);
+        check(&format!("decode {dtype:?} d64 s_k 600 (split)"), driver, || {
+            let op = fa::FlashAttn { softmax_scale: scale(64), alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None };
+            let (out, lse) = op.forward_with_lse(&q, &k, &v)?;
+            Ok((out, Some(lse)))
+        });
+    }
+    launched_must_include("split_keys_merge", &["merge_fp16_d64", "merge_bf16_d64"]);
+}
+
+fn paged_call<'a>(r: &'a Ragged, page: usize, rng: &mut StdRng, causal: bool) -> impl Fn() -> crate::compare::Outcome + 'a {
+    let p = paginate(rng, r, page, 1);
+    let (sq, sk) = r.seqlens();
+    let max_q = r.lens.iter().map(|l| l.0).max().unwrap();
+    let max_k = r.lens.iter().map(|l| l.1).max().unwrap();
+    let d = r.q.dim(2).unwrap();
+    move || {
+        let (out, lse) = fa::flash_attn_varlen_paged_windowed_with_lse(
+            &r.q.clone(), &p.k_pages, &p.v_pages, &sq, &sk, &p.table, None, max_q, max_k, scale(d), None,
+            causal.then_some(0), page, None,
+        )?;
+        Ok((out, Some(lse)))
+    }
+}
+
+/// Paged K/V with odd page sizes (7, 33) and a page of 16: prefill rows and decode rows.
+fn paged(driver: &'static Driver) {
+    let mut rng = rng();
+    take_launches();
+    for (n, dtype) in DTYPES.into_iter().enumerate() {
+        for page in [7, 16, 33] {
+            let r = ragged(&mut rng, &[(20, 45), (3, 70)], (2, 1, 64), dtype);
+            check(&format!("paged prefill {dtype:?} d64 page {page} causal"), driver, paged_call(&r, page, &mut rng, true));
+        }
+        let r = ragged(&mut rng, &[(1, 45), (1, 90), (1, 7 + n)], (4, 2, 64), dtype);
+        check(&format!("paged decode {dtype:?} d64 page 7"), driver, paged_call(&r, 7, &mut rng, false));
+    }
+    launched_must_include("paged", &["fwd_prefill_fp16_d64_paged", "fwd_decode_fp16_d64_paged", "fwd_prefill_bf16_d64_paged"]);
+}
+
+/// Varlen (cumulative seqlens), sequences of zero query rows and zero keys, and query rows
+/// before the first and after the last sequence (output 0, LSE -inf on both backends).
+fn varlen(driver: &'static Driver) {
+    let mut rng = rng();
+    take_launches();
+    for dtype in DTYPES {
+        let lens = [(17, 30), (0, 16), (5, 0), (24, 40)];
+        let r = ragged(&mut rng, &lens, (2, 1, 64), dtype);
+        let (before, after) = (2, 3);
+        let q = Tensor::cat(&[&randn(&mut rng, &[before, 2, 64], dtype), &r.q, &randn(&mut rng, &[after, 2, 64], dtype)], 0).unwrap();
+        let cu_q = u32s(&r.cu_q.iter().map(|&x| x + before as u32).collect::<Vec<_>>());
+        let cu_k = u32s(&r.cu_k);
+        check(&format!("varlen {dtype:?} d64 causal, {before} rows before and {after} after"), driver, || {
+            let (out, lse) = fa::flash_attn_varlen_with_lse(&q, &r.k, &r.v, None, &cu_q, &cu_k, 24, 40, scale(64), None, Some(0), None)?;
+            Ok((out, Some(lse)))
+        });
+    }
+    launched_must_include("varlen", &["fwd_prefill_fp16_d64_flat", "fwd_prefill_bf16_d64_flat"]);
+}
+
+/// ALiBi + softcap + window (the prefill `_x` variants), and mm_prefix_ranges on paged K/V.
+fn extras(driver: &'static Driver) {
+    let mut rng = rng();
+    take_launches();
+    for dtype in DTYPES {
+        let [q, k, v] = batch_inputs(&mut rng, (1, 30, 50, 2, 1, 64), dtype);
+        let slopes = Tensor::new(&[0.25f32, 0.0625], &candle::Device::Cpu).unwrap();
+        check(&format!("prefill_x {dtype:?} d64 alibi softcap 5 window (12, 0)"), driver, || {
+            Ok((fa::flash_attn_alibi_windowed_softcap(&q, &k, &v, Some(&slopes), scale(64), Some(12), Some(0), 5.0)?, None))
+        });
+        let r = ragged(&mut rng, &[(20, 40), (6, 33)], (2, 2, 64), dtype);
+        let p = paginate(&mut rng, &r, 16, 1);
+        let (sq, sk) = r.seqlens();
+        let ranges = Tensor::new(&[[[0i32, 5], [9, 12]], [[2, 4], [5, 5]]], &candle::Device::Cpu).unwrap();
+        check(&format!("paged prefill_x {dtype:?} d64 mm_prefix_ranges softcap 3"), driver, || {
+            let (out, lse) = fa::flash_attn_varlen_paged_windowed_with_lse(
+                &r.q, &p.k_pages, &p.v_pages, &sq, &sk, &p.table, Some(&ranges), 20, 40, scale(64), None, Some(0), 16, Some(3.0),
+            )?;
+            Ok((out, Some(lse)))
+        });
+    }
+    launched_must_include("extras", &["fwd_prefill_fp16_d64_flat_x", "fwd_prefill_fp16_d64_paged_x", "fwd_prefill_bf16_d64_flat_x"]);
+}
+
+/// Decode with softcap and ALiBi: the decode `_x` variants.
+fn decode_extras(driver: &'static Driver) {
+    let mut rng = rng();
+    take_launches();
+    for dtype in DTYPES {
+        let [q, k, v] = batch_inputs(&mut rng, (2, 1, 60, 2, 1, 64), dtype);
+        let slopes = Tensor::new(&[0.5f32, 0.125], &candle::Device::Cpu).unwrap();
+        check(&format!("decode_x {dtype:?} d64 alibi softcap 4"), driver, || {
+            Ok((fa::flash_attn_alibi_windowed_softcap(&q, &k, &v, Some(&slopes), scale(64), None, None, 4.0)?, None))
+        });
+    }
+    launched_must_include("decode_extras", &["fwd_decode_fp16_d64_flat_x", "fwd_decode_bf16_d64_flat_x"]);
+}
+
+/// Bad side tensors: seqlens that step back, and a block id outside the cache. The call runs
+/// (the kernels clamp), and the fault bits it set are what the next check reports.
+fn faults(driver: &'static Driver) {
+    let mut rng = rng();
+    take_faults(driver).expect("no fault before this test");
+    let (h, h_k, d) = (2, 1, 64);
+    let q = randn(&mut rng, &[6, h, d], DType::F16);
+    let kv = randn(&mut rng, &[90, h_k, d], DType::F16);
+    for (cu_k, name) in [([0u32, 30, 20, 90], "seqlens_k"), ([0, 30, 60, 91], "seqlens_k")] {
+        let cu_q = u32s(&[0, 2, 4, 6]);
+        let cu_k_t = u32s(&cu_k);
+        let out = run_on_gpu(driver, || fa::flash_attn_varlen(&q, &kv, &kv, &cu_q, &cu_k_t, 2, 60, scale(d), false)).unwrap();
+        assert!(values(&out).iter().all(|x| x.is_finite()), "cu_k {cu_k:?}: non-finite output");
+        let err = take_faults(driver).expect_err("the kernels report bad seqlens").to_string();
+        assert!(err.contains(name), "cu_k {cu_k:?}: {err}");
+        take_faults(driver).expect("taking the faults clears them");
+    }
+    let r = ragged(&mut rng, &[(2, 40), (1, 30)], (h, h_k, d), DType::F16);
+    let p = paginate(&mut rng, &r, 16, 1);
+    let mut table: Vec<Vec<u32>> = p.table.to_vec2().unwrap();
+    table[1][0] = p.k_pages.dim(0).unwrap() as u32 + 5;
+    let table = Tensor::new(table, &candle::Device::Cpu).unwrap();
+    let (sq, sk) = r.seqlens();
+    run_on_gpu(driver, || {
+        fa::flash_attn_varlen_paged_windowed(&r.q, &p.k_pages, &p.v_pages, &sq, &sk, &table, None, 2, 40, scale(d), None, None, 16, None)
+    })
+    .expect("bad block ids are the kernels' business");
+    let err = take_faults(driver).expect_err("the kernels report the bad block id").to_string();
+    assert!(err.contains("block_table"), "{err}");
+    take_faults(driver).expect("cleared");
 }

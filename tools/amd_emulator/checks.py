@@ -191,12 +191,63 @@ def buffer_gl0_gl1_inv_change_nothing():
                 names=["BUFFER_GL0_INV", "BUFFER_GL1_INV"])
 
 
+@check
+def ds_swizzle_b32_bit_and_quad_modes():
+    """MI300 ISA DS_SWIZZLE_B32: offset 0x401F (BitMode: and 0x1F, or 0, xor 0x10) gives lane
+    i the value of lane i ^ 16 within its 32 lanes; offset 0x801B (QDMode, selects 3,2,1,0)
+    reverses each quad."""
+    ins = programs.isa("cdna")
+    lanes = np.arange(64, dtype=np.uint32)
+    data = lanes * 7 + 1000
+    swap = data[(lanes & 0x20) | ((lanes & 0x1F) ^ 0x10)]
+    reverse = data[(lanes & 0x3C) | (3 - lanes % 4)]
+    body = [ins.DS(ins.DSOp.DS_SWIZZLE_B32, addr=ins.v[2], vdst=ins.v[4], offset0=0x1F, offset1=0x40),
+            ins.DS(ins.DSOp.DS_SWIZZLE_B32, addr=ins.v[2], vdst=ins.v[5], offset0=0x1B, offset1=0x80)]
+    return dict(arch="cdna", body=body, inputs={2: data}, outputs=[4, 5], expected=np.stack([swap, reverse]),
+                names=["DS_SWIZZLE_B32"])
+
+
+def _scratch_round_trip(arch, store, load):
+    """Two waves: each lane stores its value at private offset 16, the work-group meets at
+    s_barrier (so the other wave stores too), then each lane loads it back. Scratch is private
+    to each lane of each wave: every lane must read its own value."""
+    ins = programs.isa(arch)
+    lanes = 2 * (64 if arch == "cdna" else 32)
+    values = np.arange(lanes, dtype=np.uint32) * 3 + 11
+    body = [store, ins.s_waitcnt(simm16=0), ins.s_barrier(), load, ins.s_waitcnt(simm16=0)]
+    return dict(arch=arch, body=body, inputs={2: values}, outputs=[4], expected=values[None, :], lanes=lanes,
+                private_bytes=64)
+
+
+def _without_saddr(inst, none):
+    """`inst` with its saddr field (54:48) set to `none` (the encoding of "off")."""
+    word = int.from_bytes(inst.to_bytes(), "little")
+    return ((word & ~(0x7F << 48)) | none << 48).to_bytes(8, "little")
+
+
+@check
+def scratch_is_private_to_each_wave_cdna():
+    ins = programs.isa("cdna")
+    store = _without_saddr(ins.SCRATCH(ins.SCRATCHOp.SCRATCH_STORE_DWORD, addr=ins.v[0], data=ins.v[2], offset=16), 0x7F)
+    load = _without_saddr(ins.SCRATCH(ins.SCRATCHOp.SCRATCH_LOAD_DWORD, addr=ins.v[0], vdst=ins.v[4], offset=16), 0x7F)
+    return dict(_scratch_round_trip("cdna", store, load), names=["SCRATCH_STORE_DWORD", "SCRATCH_LOAD_DWORD"])
+
+
+@check
+def scratch_is_private_to_each_wave_rdna3():
+    ins = programs.isa("rdna3")
+    store = ins.SCRATCH(ins.SCRATCHOp.SCRATCH_STORE_B32, addr=ins.v[0], data=ins.v[2], saddr=ins.NULL, offset=16)
+    load = ins.SCRATCH(ins.SCRATCHOp.SCRATCH_LOAD_B32, addr=ins.v[0], vdst=ins.v[4], saddr=ins.NULL, offset=16)
+    return dict(_scratch_round_trip("rdna3", store, load), names=["SCRATCH_STORE_B32", "SCRATCH_LOAD_B32"])
+
+
 def run_one(c, corrected):
     """'right', 'wrong (...)' or 'fails: ...' for check `c` with the handlers `corrected`."""
     memory = []
     try:
-        out = programs.run(c["arch"], c["body"], c["inputs"], c["outputs"], lds_bytes=c.get("lds_bytes", 0),
-                           corrected=corrected, memory_out=memory)
+        out = programs.run(c["arch"], c["body"], c["inputs"], c["outputs"], lanes=c.get("lanes"),
+                           lds_bytes=c.get("lds_bytes", 0), corrected=corrected, memory_out=memory,
+                           private_bytes=c.get("private_bytes", 0))
     except Exception as e:  # the emulator as it is may not decode the instruction
         return f"fails: {type(e).__name__}: {str(e)[:100]}"
     got = np.stack([out[r] for r in c["outputs"]])

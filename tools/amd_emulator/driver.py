@@ -151,6 +151,8 @@ def launch(fid, gx, gy, gz, bx, by, bz, dynamic_lds, params):
     rsrc2 = rsrc2_with_lds(kd.rsrc2, kd.group_segment_fixed_size + dynamic_lds)
     import handlers
     handlers.launch_facts["lds_bytes"] = kd.group_segment_fixed_size + dynamic_lds
+    handlers.launch_facts["private_bytes"] = kd.private_segment_fixed_size
+    handlers.forget_private_memory()
     start = time.time()
     with corrections.active(module.arch):
         run_asm(entry, module.base + module.code.image_size() - entry, gx, gy, gz, bx, by, bz,

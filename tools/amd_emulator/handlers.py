@@ -52,6 +52,7 @@ class Wave:
         self.vgpr = _u32_view(vgpr, 256 * wave_size).reshape(256, wave_size)
         self.acc = _u32_view(acc, 256 * wave_size).reshape(256, wave_size)
         self.lds_addr = lds
+        self.sgpr_addr = sgpr
 
     @property
     def exec_mask(self):
@@ -194,6 +195,88 @@ def ds_bpermute_b32(wave, word, size):
     out = np.array([data[j] if exec_mask >> int(j) & 1 else 0 for j in src_lanes], np.uint32)
     write_lanes(wave, vdst, out)
     wave.advance(size)
+
+
+def swizzle_source_lane(lane, offset):
+    """The lane DS_SWIZZLE_B32 reads for `lane` (GCN3/Vega/MI300 ISA, DS_SWIZZLE_B32): offset[15]
+    set: QDMode, lane (lane & ~3) | offset[2k+1:2k] with k = lane % 4; clear: BitMode within 32
+    lanes, ((lane & and_mask) | or_mask) ^ xor_mask with the masks offset[4:0], [9:5], [14:10]."""
+    if offset >= 0xE000:
+        raise NotImplementedError(f"ds_swizzle_b32 offset {offset:#x}: FFT/rotate modes are not implemented")
+    if offset & 0x8000:
+        return (lane & ~3) | (offset >> (2 * (lane % 4)) & 3)
+    and_mask, or_mask, xor_mask = offset & 0x1F, offset >> 5 & 0x1F, offset >> 10 & 0x1F
+    return (lane & ~0x1F) | ((((lane & 0x1F) & and_mask) | or_mask) ^ xor_mask)
+
+
+@handler("cdna", "DS_SWIZZLE_B32")
+def ds_swizzle_b32(wave, word, size):
+    """MI300 ISA DS_SWIZZLE_B32 (DS: offset 15:0, addr 39:32 is the data VGPR, vdst 63:56): each
+    active lane gets VGPR[swizzle_source_lane(lane, offset)][data]; the emulator cannot parse
+    this instruction's pseudocode. The source lane is read whatever its EXEC bit (the guide
+    states no rule for inactive sources; our kernels swizzle with every lane active)."""
+    offset, data0, vdst = bits(word, 15, 0), bits(word, 39, 32), bits(word, 63, 56)
+    data = wave.vgpr[data0].copy()
+    out = np.array([data[swizzle_source_lane(lane, offset)] for lane in range(wave.wave_size)], np.uint32)
+    write_lanes(wave, vdst, out)
+    wave.advance(size)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scratch (private) memory, per lane of each wave (MI300 ISA "Scratch instructions", RDNA3 ISA
+# "Scratch instructions"): address = (SVE ? VGPR[addr] : 0) + (saddr enabled ? SGPR[saddr] :
+# 0) + signed offset, a byte offset in the lane's own private segment of
+# private_segment_fixed_size bytes. The emulator gives every wave of a work-group the same
+# scratch memory, so waves that spill overwrite each other; here each wave (told apart by its
+# SGPR file, which the emulator allocates per wave) has its own.
+# Fields: CDNA offset 12:0, SVE 13, op 24:18, addr 39:32, data 47:40, saddr 54:48 (0x7F: none),
+# vdst 63:56; RDNA3 offset 12:0, op 24:18, addr 39:32, data 47:40, saddr 54:48 (NULL 0x7C: none),
+# SVE 55, vdst 63:56.
+# ---------------------------------------------------------------------------------------------
+
+SCRATCH_LOADS = {20: 1, 21: 2, 22: 3, 23: 4}                  # op -> dwords, both families
+SCRATCH_STORES = {"cdna": {28: 1, 29: 2, 30: 3, 31: 4}, "rdna3": {26: 1, 27: 2, 28: 3, 29: 4}}
+_private = {}  # SGPR file address -> [lane][byte] private memory of that wave
+
+
+def forget_private_memory():
+    """Drops every wave's private memory (at each launch: scratch starts undefined)."""
+    _private.clear()
+
+
+def private_memory(wave):
+    memory = _private.get(wave.sgpr_addr)
+    size = launch_facts.get("private_bytes", 0)
+    if memory is None or memory.shape != (wave.wave_size, size):
+        memory = _private[wave.sgpr_addr] = np.zeros((wave.wave_size, size), np.uint8)
+    return memory
+
+
+def scratch_access(wave, arch, word, size):
+    op, addr, data, saddr, vdst = bits(word, 24, 18), bits(word, 39, 32), bits(word, 47, 40), bits(word, 54, 48), bits(word, 63, 56)
+    sve = bits(word, 13, 13) if arch == "cdna" else bits(word, 55, 55)
+    offset = bits(word, 12, 0) - (1 << 13 if bits(word, 12, 12) else 0)
+    no_saddr = 0x7F if arch == "cdna" else NULL_SGPR
+    base = (wave.scalar(saddr) if saddr != no_saddr else 0) + offset
+    memory = private_memory(wave)
+    store = SCRATCH_STORES[arch].get(op)
+    dwords = store or SCRATCH_LOADS[op]
+    for lane in wave.active_lanes():
+        at = (base + (int(wave.vgpr[addr, lane]) if sve else 0)) & 0xFFFFFFFF
+        if at + 4 * dwords > memory.shape[1]:
+            raise IndexError(f"scratch access at {at} + {4 * dwords} past the {memory.shape[1]}-byte private segment")
+        cell = memory[lane, at:at + 4 * dwords].view(np.uint32)
+        if store:
+            cell[:] = wave.vgpr[data:data + dwords, lane]
+        else:
+            wave.vgpr[vdst:vdst + dwords, lane] = cell
+    wave.advance(size)
+
+
+for _arch, _names in (("cdna", ("DWORD", "DWORDX2", "DWORDX3", "DWORDX4")), ("rdna3", ("B32", "B64", "B96", "B128"))):
+    for _kind in ("LOAD", "STORE"):
+        for _name in _names:
+            HANDLERS[(_arch, f"SCRATCH_{_kind}_{_name}")] = (lambda a: lambda wave, word, size: scratch_access(wave, a, word, size))(_arch)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -64,7 +64,7 @@ def only_corrections(names):
         handlers.enabled = saved
 
 
-def run(arch, body, inputs, outputs, lanes=None, lds_bytes=0, corrected=(), memory_out=None):
+def run(arch, body, inputs, outputs, lanes=None, lds_bytes=0, corrected=(), memory_out=None, private_bytes=0):
     """Runs the program on `lanes` lanes (the wave size by default); `inputs` maps VGPR -> u32
     per lane. Returns {VGPR: u32 per lane} for `outputs`. Offsets of the loads and stores must fit
     the instruction's field (a dozen registers of 64 lanes at most). The inputs lie at s[0:1] as
@@ -83,8 +83,10 @@ def run(arch, body, inputs, outputs, lanes=None, lds_bytes=0, corrected=(), memo
     granules = (lds_bytes + 511) // 512
     rsrc2 = (USER_SGPRS << 1) | (granules << 15)
     handlers.launch_facts["lds_bytes"] = granules * 512
+    handlers.launch_facts["private_bytes"] = private_bytes
+    handlers.forget_private_memory()
     with corrections.active(arch), only_corrections(corrected):
-        run_asm(ctypes.addressof(memory), len(code), 1, 1, 1, lanes, 1, 1, 0, rsrc2, 0, arch, user)
+        run_asm(ctypes.addressof(memory), len(code), 1, 1, 1, lanes, 1, 1, 0, rsrc2, private_bytes, arch, user)
     if memory_out is not None:
         memory_out.append(src.copy())
     return {reg: dst[n].copy() for n, reg in enumerate(outputs)}

@@ -109,8 +109,37 @@ unsafe extern "C" fn emulator_synchronize() -> i32 {
     0
 }
 
+/// What each loaded module and kernel is (the embedded image's variant name, by its address),
+/// and the variants launched since the last [`take_launches`]: a run's record of what executed.
+#[derive(Default)]
+struct LaunchRecord {
+    modules: HashMap<usize, &'static str>,
+    functions: HashMap<usize, &'static str>,
+    launched: Vec<&'static str>,
+}
+
+fn record() -> std::sync::MutexGuard<'static, LaunchRecord> {
+    static RECORD: OnceLock<Mutex<LaunchRecord>> = OnceLock::new();
+    RECORD.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The variants (`fwd_decode_fp16_d64_flat_b32`, `merge_fp16_d64`, ...) launched on any
+/// emulated device since the last call, in launch order.
+pub fn take_launches() -> Vec<&'static str> {
+    std::mem::take(&mut record().launched)
+}
+
 unsafe extern "C" fn emulator_load(module: *mut Handle, image: *const c_void) -> i32 {
-    call_driver("load", &[image as usize, module as usize])
+    let status = call_driver("load", &[image as usize, module as usize]);
+    if status == 0 {
+        let variant = crate::triton::KERNELS
+            .iter()
+            .find(|k| k.image.as_ptr() == image.cast())
+            .map_or("(not an embedded image)", |k| k.variant);
+        // SAFETY: the Python side wrote the module handle on success.
+        record().modules.insert(unsafe { *module } as usize, variant);
+    }
+    status
 }
 
 unsafe extern "C" fn emulator_unload(module: Handle) -> i32 {
@@ -118,7 +147,14 @@ unsafe extern "C" fn emulator_unload(module: Handle) -> i32 {
 }
 
 unsafe extern "C" fn emulator_get_function(f: *mut Handle, module: Handle, name: *const c_char) -> i32 {
-    call_driver("get_function", &[module as usize, name as usize, f as usize])
+    let status = call_driver("get_function", &[module as usize, name as usize, f as usize]);
+    if status == 0 {
+        let mut record = record();
+        let variant = record.modules.get(&(module as usize)).copied().unwrap_or("?");
+        // SAFETY: the Python side wrote the function handle on success.
+        record.functions.insert(unsafe { *f } as usize, variant);
+    }
+    status
 }
 
 unsafe extern "C" fn emulator_launch(
@@ -135,6 +171,11 @@ unsafe extern "C" fn emulator_launch(
     _extra: *mut *mut c_void,
 ) -> i32 {
     let dims = [gx, gy, gz, bx, by, bz, shared].map(|x| x as usize);
+    {
+        let mut record = record();
+        let variant = record.functions.get(&(f as usize)).copied().unwrap_or("?");
+        record.launched.push(variant);
+    }
     call_driver("launch", &[&[f as usize][..], &dims, &[params as usize]].concat())
 }
 

@@ -241,6 +241,57 @@ def scratch_is_private_to_each_wave_rdna3():
     return dict(_scratch_round_trip("rdna3", store, load), names=["SCRATCH_STORE_B32", "SCRATCH_LOAD_B32"])
 
 
+def _cdna_dpp(op_vop, vdst, src0, ctrl, row_mask, bank_mask, bound=0, vsrc1=None):
+    """A CDNA VOP1 (vsrc1 None, op 16:9) or VOP2 (op 30:25) instruction with the DPP source
+    (src0 = 0xFA) and its DPP dword, encoded from the MI300 ISA's field tables."""
+    if vsrc1 is None:
+        word0 = 0xFA | op_vop << 9 | vdst << 17 | 0x3F << 25
+    else:
+        word0 = 0xFA | vsrc1 << 9 | vdst << 17 | op_vop << 25
+    word1 = src0 | ctrl << 8 | bound << 19 | bank_mask << 24 | row_mask << 28
+    return word0.to_bytes(4, "little") + word1.to_bytes(4, "little")
+
+
+@check
+def dpp_row_bank_masks_bcast_and_same_register():
+    """MI300 ISA DPP: v_mov_b32_dpp v4, v4 row_shr:4 bank_mask:0xa (banks 1 and 3 take the lane
+    4 below, reading v4 as it was; banks 0 and 2 keep v4); v_mov_b32_dpp v5, v2 row_bcast:15
+    row_mask:0xa (rows 1 and 3 take the last lane of the row below; rows 0 and 2 keep v5);
+    v_mov_b32_dpp v6, v2 wave_shl:1 bound_ctrl (lane 63 has no source: 0); v_add_u32_dpp v7,
+    v2, v3 row_shr:2 bound_ctrl (the first two lanes of each row add 0)."""
+    ins = programs.isa("cdna")
+    lane = np.arange(64, dtype=np.uint32)
+    a, b, old4, old5 = lane * 5 + 3, lane * 1000, lane + 77, lane + 500
+    bank, row, pos = (lane // 4) % 4, lane // 16, lane % 16
+    e4 = np.where(np.isin(bank, [1, 3]), old4[np.maximum(lane.astype(int) - 4, 0)], old4)
+    e5 = np.where(np.isin(row, [1, 3]), a[np.maximum(16 * row.astype(int) - 1, 0)], old5)
+    e6 = np.where(lane < 63, a[np.minimum(lane + 1, 63)], 0)
+    e7 = np.where(pos >= 2, a[np.maximum(lane.astype(int) - 2, 0)], 0) + b
+    mov, add_u32 = 1, 52
+    body = [_cdna_dpp(mov, 4, 4, 0x114, 0xF, 0xA), _cdna_dpp(mov, 5, 2, 0x142, 0xA, 0xF),
+            _cdna_dpp(mov, 6, 2, 0x130, 0xF, 0xF, bound=1), _cdna_dpp(add_u32, 7, 2, 0x112, 0xF, 0xF, bound=1, vsrc1=3)]
+    return dict(arch="cdna", body=body, inputs={2: a, 3: b, 4: old4, 5: old5}, outputs=[4, 5, 6, 7],
+                expected=np.stack([e4, e5, e6, e7]).astype(np.uint32), names=["V_MOV_B32_E32@DPP", "V_ADD_U32_E32@DPP"])
+
+
+@check
+def cdna_buffer_store_short_writes_two_bytes():
+    """MI300 ISA BUFFER_STORE_SHORT: `MEM[ADDR].b16 = VDATA[15:0]`: lane i stores at byte 4 * i
+    + 2 of a raw V# of 256 bytes; bytes 0-1 of each word stay as they were."""
+    ins = programs.isa("cdna")
+    lane = np.arange(64, dtype=np.uint32)
+    values, target = 0xCAFE0000 + lane, np.full(64, 0x11112222, np.uint32)
+    offsets = 4 * lane + 2
+    after = (target & 0xFFFF) | ((values & 0xFFFF) << 16)
+    body = [ins.s_add_u32(ins.s[12], ins.s[0], 2 * 64 * 4), ins.s_addc_u32(ins.s[13], ins.s[1], 0),
+            ins.s_mov_b32(ins.s[8], ins.s[12]), ins.s_and_b32(ins.s[9], ins.s[13], 0xFFFF),
+            ins.s_mov_b32(ins.s[10], 256), ins.s_mov_b32(ins.s[11], 0x00020000),
+            ins.MUBUF(ins.MUBUFOp.BUFFER_STORE_SHORT, vdata=ins.v[3], vaddr=ins.v[2], srsrc=ins.s[8:11], soffset=0x80, offen=1),
+            ins.s_waitcnt(simm16=0), ins.v_mov_b32_e32(ins.v[6], 1)]
+    return dict(arch="cdna", body=body, inputs={2: offsets, 3: values, 4: target}, outputs=[6],
+                expected=np.ones((1, 64), np.uint32), names=["BUFFER_STORE_SHORT"], memory_row=(4, after))
+
+
 def run_one(c, corrected):
     """'right', 'wrong (...)' or 'fails: ...' for check `c` with the handlers `corrected`."""
     memory = []

@@ -280,6 +280,114 @@ for _arch, _names in (("cdna", ("DWORD", "DWORDX2", "DWORDX3", "DWORDX4")), ("rd
 
 
 # ---------------------------------------------------------------------------------------------
+# CDNA DPP (MI300 ISA "Data Parallel Processing (DPP)"): VOP1/VOP2 with src0 = 0xFA and a
+# second dword: src0 VGPR 39:32, dpp_ctrl 48:40, bound_ctrl 51, src0_neg 52, src0_abs 53,
+# src1_neg 54, src1_abs 55, bank_mask 59:56, row_mask 63:60. A lane writes only if its row
+# (lane / 16) is in row_mask and its bank ((lane / 4) % 4) in bank_mask; its source lane comes
+# from dpp_ctrl; a source lane that does not exist or is not in EXEC gives 0 when bound_ctrl is
+# set, else the lane is not written. All source values are read before any lane is written.
+# ---------------------------------------------------------------------------------------------
+
+def dpp_source_lane(lane, ctrl, wave_size=64):
+    """Source lane of `lane` under dpp_ctrl `ctrl`, or None where there is none."""
+    row, pos = lane & ~15, lane & 15
+    if ctrl <= 0xFF:                                          # quad_perm
+        return (lane & ~3) | (ctrl >> (2 * (lane & 3)) & 3)
+    shift = ctrl & 15
+    if 0x101 <= ctrl <= 0x10F:                                # row_shl
+        return row + pos + shift if pos + shift < 16 else None
+    if 0x111 <= ctrl <= 0x11F:                                # row_shr
+        return row + pos - shift if pos >= shift else None
+    if 0x121 <= ctrl <= 0x12F:                                # row_ror
+        return row + (pos - shift) % 16
+    special = {0x130: lambda: lane + 1 if lane + 1 < wave_size else None,    # wave_shl:1
+               0x134: lambda: (lane + 1) % wave_size,                        # wave_rol:1
+               0x138: lambda: lane - 1 if lane > 0 else None,                # wave_shr:1
+               0x13C: lambda: (lane - 1) % wave_size,                        # wave_ror:1
+               0x140: lambda: row + 15 - pos,                                # row_mirror
+               0x141: lambda: row + (pos & 8) + 7 - (pos & 7),               # row_half_mirror
+               0x142: lambda: row - 1 if row > 0 else None,                  # row_bcast:15
+               0x143: lambda: 31 if lane >= 32 else None}                    # row_bcast:31
+    if ctrl not in special:
+        raise NotImplementedError(f"dpp_ctrl {ctrl:#x}")
+    return special[ctrl]()
+
+
+def _float_mods(values, neg, absolute):
+    f = values.view(np.float32).copy()
+    if absolute:
+        f = np.abs(f)
+    if neg:
+        f = -f
+    return f
+
+
+DPP_OPS = {"V_MOV_B32_E32": lambda a, b: a,
+           "V_ADD_U32_E32": lambda a, b: (a.astype(np.uint64) + b) & 0xFFFFFFFF,
+           "V_ADD_F32_E32": None}  # float: handled with the source modifiers below
+
+
+def dpp_op(name):
+    def run(wave, word, size):
+        vop2 = name != "V_MOV_B32_E32"
+        vdst, vsrc1 = bits(word, 24, 17), bits(word, 16, 9)
+        src0, ctrl, bound = bits(word, 39, 32), bits(word, 48, 40), bits(word, 51, 51)
+        bank_mask, row_mask = bits(word, 59, 56), bits(word, 63, 60)
+        exec_mask, n = wave.exec_mask, wave.wave_size
+        data = wave.vgpr[src0].copy()
+        s1 = wave.vgpr[vsrc1].copy() if vop2 else None
+        out = wave.vgpr[vdst].copy()
+        for lane in range(n):
+            if not (exec_mask >> lane & 1 and row_mask >> (lane // 16) & 1 and bank_mask >> (lane // 4 % 4) & 1):
+                continue
+            source = dpp_source_lane(lane, ctrl, n)
+            if source is None or not exec_mask >> source & 1:
+                if not bound:
+                    continue
+                a = np.uint32(0)
+            else:
+                a = data[source]
+            if name == "V_ADD_F32_E32":
+                x = _float_mods(np.array([a], np.uint32), bits(word, 52, 52), bits(word, 53, 53))
+                y = _float_mods(s1[lane:lane + 1], bits(word, 54, 54), bits(word, 55, 55))
+                out[lane] = (x + y).view(np.uint32)[0]
+            else:
+                out[lane] = DPP_OPS[name](np.array([a], np.uint32), s1[lane:lane + 1] if vop2 else None)[0]
+        wave.vgpr[vdst] = out
+        wave.advance(size)
+    return run
+
+
+for _name in DPP_OPS:
+    HANDLERS[("cdna", _name + "@DPP")] = dpp_op(_name)
+
+
+@handler("cdna", "BUFFER_STORE_SHORT", "BUFFER_STORE_BYTE")
+def cdna_buffer_store_narrow(wave, word, size):
+    """MI300 ISA BUFFER_STORE_SHORT / _BYTE (MUBUF: offset 11:0, offen 12, idxen 13, op 24:18,
+    vaddr 39:32, vdata 47:40, srsrc 52:48, soffset 63:56): `MEM[ADDR].b16 = VDATA[15:0]` (b8:
+    [7:0]): only 2 (1) bytes; the emulator writes a whole dword. Raw V# (stride 0): dropped when
+    any byte lies at or past num_records of the buffer offset."""
+    op, vdata, vaddr, rsrc = bits(word, 24, 18), bits(word, 47, 40), bits(word, 39, 32), 4 * bits(word, 52, 48)
+    offen, idxen, inst_offset, soffset = bits(word, 12, 12), bits(word, 13, 13), bits(word, 11, 0), bits(word, 63, 56)
+    width = 2 if op == CDNA_BUFFER_STORE_SHORT else 1
+    v = [int(x) for x in wave.sgpr[rsrc:rsrc + 4]]
+    base, stride, num_records = v[0] | (v[1] & 0xFFFF) << 32, (v[1] >> 16) & 0x3FFF, v[2]
+    soff = wave.scalar(soffset)
+    for lane in wave.active_lanes():
+        index = int(wave.vgpr[vaddr, lane]) if idxen else 0
+        offset = ((int(wave.vgpr[vaddr + idxen, lane]) if offen else 0) + inst_offset) & 0xFFFFFFFF
+        if stride == 0 and offset + width > num_records or stride and index >= num_records:
+            continue
+        value = int(wave.vgpr[vdata, lane]).to_bytes(4, "little")[:width]
+        ctypes.memmove(base + soff + offset + stride * index, value, width)
+    wave.advance(size)
+
+
+CDNA_BUFFER_STORE_SHORT = 26  # MI300 MUBUF opcode (BUFFER_STORE_BYTE: 24)
+
+
+# ---------------------------------------------------------------------------------------------
 # RDNA3 MUBUF / RDNA4 VBUFFER loads and stores (RDNA3 ISA "Buffer instructions", RDNA4 ISA
 # "Buffer instructions"; the emulator decodes neither). Address = base + soffset + offset +
 # stride * index, offset = (offen ? VGPR[vaddr + idxen] : 0) + instruction offset, index =
@@ -434,6 +542,8 @@ def runner_for(pc, arch):
     else:
         inst = decode_inst(raw, arch)
         name = inst.op.name if hasattr(inst, "op") and hasattr(inst.op, "name") else None
+        if arch == "cdna" and type(inst).__name__.endswith("_DPP16"):
+            name = f"{name}@DPP"
     fn = HANDLERS.get((arch, name))
     if fn is None or (enabled is not None and name not in enabled):
         return None

@@ -19,6 +19,7 @@ use crate::runner::ClassTest;
 pub const CLASSES: &[ClassTest] = &[
     ("prefill", prefill),
     ("prefill_head_dim_tiles", prefill_head_dim_tiles),
+    ("prefill_d256", prefill_d256),
     ("decode", decode),
     ("split_keys_merge", split_keys_merge),
     ("paged", paged),
@@ -74,17 +75,28 @@ fn prefill(driver: &'static Driver) {
     launched_must_include("prefill", &["fwd_prefill_fp16_d64_flat", "fwd_prefill_bf16_d64_flat"]);
 }
 
-/// Every head-dim tile (32, 128, 256) and a head dim below its tile (40 on the 64 tile: the
-/// masked-d variant), f16 causal; bf16 at 128.
-fn prefill_head_dim_tiles(driver: &'static Driver) {
+fn prefill_tiles(driver: &'static Driver, cases: &[(usize, DType)]) {
     let mut rng = rng();
-    take_launches();
-    for (d, dtype) in [(32, DType::F16), (40, DType::F16), (128, DType::F16), (128, DType::BF16), (256, DType::F16)] {
+    for &(d, dtype) in cases {
         let [q, k, v] = batch_inputs(&mut rng, (1, 24, 40, 1, 1, d), dtype);
         let s = scale(d);
         check(&format!("prefill {dtype:?} d{d} causal"), driver, || Ok((fa::flash_attn(&q, &k, &v, s, true)?, None)));
     }
-    launched_must_include("prefill_head_dim_tiles", &["_d32_", "_d64p_", "fwd_prefill_fp16_d128_", "fwd_prefill_bf16_d128_", "_d256_"]);
+}
+
+/// The head-dim tiles 32 and 128 and a head dim below its tile (40 on the 64 tile: the
+/// masked-d variant), f16 causal; bf16 at 128.
+fn prefill_head_dim_tiles(driver: &'static Driver) {
+    take_launches();
+    prefill_tiles(driver, &[(32, DType::F16), (40, DType::F16), (128, DType::F16), (128, DType::BF16)]);
+    launched_must_include("prefill_head_dim_tiles", &["_d32_", "_d64p_", "fwd_prefill_fp16_d128_", "fwd_prefill_bf16_d128_"]);
+}
+
+/// The 256 tile (its own class: on RDNA it spills heavily to scratch).
+fn prefill_d256(driver: &'static Driver) {
+    take_launches();
+    prefill_tiles(driver, &[(256, DType::F16), (256, DType::BF16)]);
+    launched_must_include("prefill_d256", &["fwd_prefill_fp16_d256_", "fwd_prefill_bf16_d256_"]);
 }
 
 /// Decode (one query row per sequence), GQA 4/1: the decode tile.

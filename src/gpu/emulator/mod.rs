@@ -54,7 +54,7 @@ fn start_python() -> Result<Python, String> {
     }
     let interpreter = std::env::var(PYTHON_VAR).unwrap_or_else(|_| "python3".to_owned());
     let init = format!(
-        "sys.path[:0] = [{TOOLS_DIR:?}, {tinygrad:?}]\nimport test.mockgpu.amd.emu\nimport driver as _flash_attn_emulator\n"
+        "import faulthandler\nfaulthandler.enable()\nsys.path[:0] = [{TOOLS_DIR:?}, {tinygrad:?}]\nimport test.mockgpu.amd.emu\nimport driver as _flash_attn_emulator\n"
     );
     Python::start(&interpreter, &init)
 }

@@ -217,6 +217,7 @@ fn decode_extras(driver: &'static Driver) {
 /// (the kernels clamp), and the fault bits it set are what the next check reports.
 fn faults(driver: &'static Driver) {
     let mut rng = rng();
+    take_launches();
     take_faults(driver).expect("no fault before this test");
     let (h, h_k, d) = (2, 1, 64);
     let q = randn(&mut rng, &[6, h, d], DType::F16);
@@ -243,4 +244,5 @@ fn faults(driver: &'static Driver) {
     let err = take_faults(driver).expect_err("the kernels report the bad block id").to_string();
     assert!(err.contains("block_table"), "{err}");
     take_faults(driver).expect("cleared");
+    launched_must_include("faults", &["fwd_prefill_fp16_d64_flat", "_paged"]);
 }

@@ -73,7 +73,9 @@ def run(arch, body, inputs, outputs, lanes=None, lds_bytes=0, corrected=(), memo
     from test.mockgpu.amd.emu import run_asm
     lanes = lanes or (64 if arch == "cdna" else 32)
     regs = sorted(inputs)
-    src = np.zeros((max(len(regs), 1), lanes), np.uint32)
+    # One spare row: an emulator store that writes past the bytes it should (the defects the
+    # checks show) must not corrupt this process's heap.
+    src = np.zeros((len(regs) + 1, lanes), np.uint32)
     for n, reg in enumerate(regs):
         src[n] = np.asarray(inputs[reg], dtype=np.uint64).astype(np.uint32)
     dst = np.zeros((max(len(outputs), 1), lanes), np.uint32)

@@ -48,7 +48,7 @@ for trial in $("$bin" --list 2>/dev/null | sed -n 's/: test$//p'); do
   if grep -q "1 passed" "$log"; then result="ran, matched"
   elif grep -q "1 ignored" "$log"; then result="skipped: $(grep -m1 'skipped:' "$log" | sed 's/.*skipped: //')"
   elif [ $rc -gt 128 ]; then result="crashed (signal $((rc - 128))): $(grep -m1 -A1 'Fatal Python error' "$log" | tail -1)"
-  else result="failed: $(grep -m1 -E 'test panicked|^\S.*(emulator|relative error|element)' "$log" | cut -c1-200)"
+  else result="failed: $(grep -m1 -A1 'panicked at' "$log" | tail -1 | cut -c1-180)"
   fi
   variants=$(grep -h '^emu-launched' "$log" | sed 's/^emu-launched [^:]*: //')
   printf '| %s | %s | %s | %s |\n' "$trial" "$result" "$secs" "$variants" | tee -a "$out/table.md"

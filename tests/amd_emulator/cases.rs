@@ -244,5 +244,5 @@ fn faults(driver: &'static Driver) {
     let err = take_faults(driver).expect_err("the kernels report the bad block id").to_string();
     assert!(err.contains("block_table"), "{err}");
     take_faults(driver).expect("cleared");
-    launched_must_include("faults", &["fwd_prefill_fp16_d64_flat", "_paged"]);
+    launched_must_include("faults", &["fwd_", "_paged"]);
 }

@@ -292,6 +292,32 @@ def cdna_buffer_store_short_writes_two_bytes():
                 expected=np.ones((1, 64), np.uint32), names=["BUFFER_STORE_SHORT"], memory_row=(4, after))
 
 
+@check
+def wmma_gfx12_inline_zero_accumulator():
+    """RDNA4 ISA V_WMMA_F32_16X16X16_F16, C = inline constant 0 (D = A x B): A[m][k] in lane
+    m + 16 * (k // 8), VGPR (k % 8) // 2, half k % 2; B[k][n] in lane n + 16 * (k // 8) likewise;
+    D[m][n] in lane n + 16 * (m // 8), VGPR m % 8. v128-v135 hold 1.0, which a reader of VGPRs
+    at the constant's index would add."""
+    ins = programs.isa("rdna4")
+    rng = np.random.default_rng(3)
+    a = rng.integers(-3, 4, (16, 16)).astype(np.float16)
+    b = rng.integers(-3, 4, (16, 16)).astype(np.float16)
+    bits16 = lambda x: np.asarray(x, np.float16).view(np.uint16).astype(np.uint32)
+    a_regs, b_regs = np.zeros((4, 32), np.uint32), np.zeros((4, 32), np.uint32)
+    for lane in range(32):
+        for j in range(4):
+            k = 8 * (lane // 16) + 2 * j
+            a_regs[j, lane] = bits16(a[lane % 16, k]) | bits16(a[lane % 16, k + 1]) << 16
+            b_regs[j, lane] = bits16(b[k, lane % 16]) | bits16(b[k + 1, lane % 16]) << 16
+    d = a.astype(np.float32) @ b.astype(np.float32)
+    expected = np.array([[d[r + 8 * (lane // 16), lane % 16] for lane in range(32)] for r in range(8)], np.float32)
+    inputs = {2 + j: a_regs[j] for j in range(4)} | {6 + j: b_regs[j] for j in range(4)}
+    inputs |= {128 + j: np.full(32, 0x3F800000, np.uint32) for j in range(8)}
+    body = [ins.v_wmma_f32_16x16x16_f16(ins.v[20:27], ins.v[2:5], ins.v[6:9], 0)]
+    return dict(arch="rdna4", body=body, inputs=inputs, outputs=list(range(20, 28)), expected=expected.view(np.uint32),
+                names=["V_WMMA_F32_16X16X16_F16"])
+
+
 def run_one(c, corrected):
     """'right', 'wrong (...)' or 'fails: ...' for check `c` with the handlers `corrected`."""
     memory = []

@@ -18,6 +18,11 @@ EXEC_LO = 126                    # exec_lo is SGPR 126 in every family's operand
 ENDPGM_PC = 0xFFFFFFFFFFFFFFFF
 
 HANDLERS = {}
+# (family, mnemonic) -> predicate on the instruction word: the handler applies only where true
+# (elsewhere the emulator's own instruction runs).
+APPLIES = {}
+# Handlers that also take the wave's raw buffers and the arch (to run the emulator's own code).
+NEEDS_BUFFERS = set()
 # The mnemonics to handle (None: all of HANDLERS); checks.py narrows it to compare with the
 # emulator as it is.
 enabled = None
@@ -388,6 +393,52 @@ CDNA_BUFFER_STORE_SHORT = 26  # MI300 MUBUF opcode (BUFFER_STORE_BYTE: 24)
 
 
 # ---------------------------------------------------------------------------------------------
+# RDNA4 WMMA with an inline-constant accumulator (RDNA4 ISA, WMMA: "SRC2 may be an inline
+# constant", every element of C is then that constant). The emulator reads VGPRs at the
+# constant's index instead. We run the emulator's own instruction with C taken from eight VGPRs
+# that hold the constant (v248-v255, saved and restored around it, unless D is written there):
+# the same computation the ISA defines. VOP3P fields: vdst 7:0, src0 40:32, src1 49:41,
+# src2 58:50.
+# ---------------------------------------------------------------------------------------------
+
+WMMA_C_REGS = 248  # eight VGPRs the accumulator constant is staged in
+_patched_code = ctypes.create_string_buffer(32)
+
+
+def wmma_inline_accumulator(wave, word, size, bufs, arch):
+    from test.mockgpu.amd import emu
+    vdst, src2 = bits(word, 7, 0), bits(word, 58, 50)
+    staged = slice(WMMA_C_REGS, WMMA_C_REGS + 8)
+    saved = wave.vgpr[staged].copy()
+    wave.vgpr[staged] = wave.scalar(src2)  # the inline constant's 32-bit value, in every element
+    patched = ((word & ~(0x1FF << 50)) | (256 + WMMA_C_REGS) << 50).to_bytes(size, "little") + bytes(8)
+    # The emulator's compiled instructions read their fields from the code at PC: run the
+    # patched copy from a buffer of its own, then continue after the original.
+    ctypes.memmove(_patched_code, patched, len(patched))
+    pc = int(wave.sgpr[PC_LO]) | int(wave.sgpr[PC_HI]) << 32
+    wave.sgpr[PC_LO], wave.sgpr[PC_HI] = ctypes.addressof(_patched_code) & 0xFFFFFFFF, ctypes.addressof(_patched_code) >> 32
+    prg, runtime = emu._get_runner(patched, arch)
+    runtime.fxn(*[bufs[g] for g in prg.arg.globals])
+    wave.sgpr[PC_LO], wave.sgpr[PC_HI] = pc & 0xFFFFFFFF, pc >> 32
+    wave.advance(size)
+    written = set(range(vdst, vdst + 8))
+    for k, reg in enumerate(range(WMMA_C_REGS, WMMA_C_REGS + 8)):
+        if reg not in written:
+            wave.vgpr[reg] = saved[k]
+
+
+def wmma_applies(word):
+    """Only WMMA whose accumulator is not a VGPR (src2 < 256) needs the correction."""
+    return bits(word, 58, 50) < 256
+
+
+for _name in ("V_WMMA_F32_16X16X16_F16", "V_WMMA_F32_16X16X16_BF16"):
+    HANDLERS[("rdna4", _name)] = wmma_inline_accumulator
+    APPLIES[("rdna4", _name)] = wmma_applies
+    NEEDS_BUFFERS.add(("rdna4", _name))
+
+
+# ---------------------------------------------------------------------------------------------
 # RDNA3 MUBUF / RDNA4 VBUFFER loads and stores (RDNA3 ISA "Buffer instructions", RDNA4 ISA
 # "Buffer instructions"; the emulator decodes neither). Address = base + soffset + offset +
 # stride * index, offset = (offen ? VGPR[vaddr + idxen] : 0) + instruction offset, index =
@@ -549,5 +600,9 @@ def runner_for(pc, arch):
         return None
     size = inst.size() if inst is not None else size
     word = int.from_bytes(raw[:size], "little")
+    if (arch, name) in APPLIES and not APPLIES[(arch, name)](word):
+        return None
     wave_size = 64 if arch == "cdna" else 32
+    if (arch, name) in NEEDS_BUFFERS:
+        return (_Program(), _Runtime(lambda *bufs: fn(Wave(bufs, wave_size), word, size, bufs, arch))), inst
     return (_Program(), _Runtime(lambda *bufs: fn(Wave(bufs, wave_size), word, size))), inst

@@ -29,6 +29,9 @@ def _load_store(arch, store, reg, offset):
     if arch == "cdna":
         return (i.global_store_dword(addr=i.v[1], data=i.v[reg], saddr=i.s[2:3], offset=offset) if store
                 else i.global_load_dword(vdst=i.v[reg], addr=i.v[1], saddr=i.s[0:1], offset=offset))
+    if arch == "rdna4":
+        return (i.global_store_b32(vaddr=i.v[1:2], vsrc=i.v[reg], saddr=i.s[2:3], ioffset=offset) if store
+                else i.global_load_b32(vdst=i.v[reg], vaddr=i.v[1:2], saddr=i.s[0:1], ioffset=offset))
     return (i.global_store_b32(addr=i.v[1], data=i.v[reg], saddr=i.s[2:3], offset=offset) if store
             else i.global_load_b32(vdst=i.v[reg], addr=i.v[1], saddr=i.s[0:1], offset=offset))
 

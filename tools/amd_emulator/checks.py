@@ -241,14 +241,15 @@ def scratch_is_private_to_each_wave_rdna3():
     return dict(_scratch_round_trip("rdna3", store, load), names=["SCRATCH_STORE_B32", "SCRATCH_LOAD_B32"])
 
 
-def _cdna_dpp(op_vop, vdst, src0, ctrl, row_mask, bank_mask, bound=0, vsrc1=None):
-    """A CDNA VOP1 (vsrc1 None, op 16:9) or VOP2 (op 30:25) instruction with the DPP source
-    (src0 = 0xFA) and its DPP dword, encoded from the MI300 ISA's field tables."""
+def _dpp(op_vop, vdst, src0, ctrl, row_mask, bank_mask, bound=0, vsrc1=None, fetch_inactive=0):
+    """A VOP1 (vsrc1 None, op 16:9) or VOP2 (op 30:25) instruction with the DPP source (src0 =
+    0xFA) and its DPP dword, encoded from the MI300 / RDNA3 ISA field tables (same layout;
+    RDNA3 adds FI at bit 18 of the DPP dword)."""
     if vsrc1 is None:
         word0 = 0xFA | op_vop << 9 | vdst << 17 | 0x3F << 25
     else:
         word0 = 0xFA | vsrc1 << 9 | vdst << 17 | op_vop << 25
-    word1 = src0 | ctrl << 8 | bound << 19 | bank_mask << 24 | row_mask << 28
+    word1 = src0 | ctrl << 8 | fetch_inactive << 18 | bound << 19 | bank_mask << 24 | row_mask << 28
     return word0.to_bytes(4, "little") + word1.to_bytes(4, "little")
 
 
@@ -268,8 +269,8 @@ def dpp_row_bank_masks_bcast_and_same_register():
     e6 = np.where(lane < 63, a[np.minimum(lane + 1, 63)], 0)
     e7 = np.where(pos >= 2, a[np.maximum(lane.astype(int) - 2, 0)], 0) + b
     mov, add_u32 = 1, 52
-    body = [_cdna_dpp(mov, 4, 4, 0x114, 0xF, 0xA), _cdna_dpp(mov, 5, 2, 0x142, 0xA, 0xF),
-            _cdna_dpp(mov, 6, 2, 0x130, 0xF, 0xF, bound=1), _cdna_dpp(add_u32, 7, 2, 0x112, 0xF, 0xF, bound=1, vsrc1=3)]
+    body = [_dpp(mov, 4, 4, 0x114, 0xF, 0xA), _dpp(mov, 5, 2, 0x142, 0xA, 0xF),
+            _dpp(mov, 6, 2, 0x130, 0xF, 0xF, bound=1), _dpp(add_u32, 7, 2, 0x112, 0xF, 0xF, bound=1, vsrc1=3)]
     return dict(arch="cdna", body=body, inputs={2: a, 3: b, 4: old4, 5: old5}, outputs=[4, 5, 6, 7],
                 expected=np.stack([e4, e5, e6, e7]).astype(np.uint32), names=["V_MOV_B32_E32@DPP", "V_ADD_U32_E32@DPP"])
 
@@ -316,6 +317,24 @@ def wmma_gfx12_inline_zero_accumulator():
     body = [ins.v_wmma_f32_16x16x16_f16(ins.v[20:27], ins.v[2:5], ins.v[6:9], 0)]
     return dict(arch="rdna4", body=body, inputs=inputs, outputs=list(range(20, 28)), expected=expected.view(np.uint32),
                 names=["V_WMMA_F32_16X16X16_F16"])
+
+
+@check
+def dpp16_rdna3_same_register_and_float_add():
+    """RDNA3 ISA DPP16: v_mov_b32_dpp v4, v4 quad_perm:[2,3,0,1] (every lane reads v4 as it was
+    before the instruction: the quad's halves swap); v_add_f32_dpp v5, v2, v3 row_shr:4
+    bound_ctrl (lanes 0-3 of each 16-lane row add 0.0 to v3)."""
+    ins = programs.isa("rdna3")
+    lane = np.arange(32, dtype=np.uint32)
+    old4 = lane * 11 + 5
+    a, b = (lane.astype(np.float32) * 0.5 + 1.0), (lane.astype(np.float32) * -0.25)
+    e4 = old4[(lane & 0x1C) | ((lane % 4) ^ 2)]
+    pos = lane % 16
+    e5 = (np.where(pos >= 4, a[np.maximum(lane.astype(int) - 4, 0)], np.float32(0)) + b).astype(np.float32)
+    mov, add_f32 = 1, 3
+    body = [_dpp(mov, 4, 4, 0b01001110, 0xF, 0xF), _dpp(add_f32, 5, 2, 0x114, 0xF, 0xF, bound=1, vsrc1=3)]
+    return dict(arch="rdna3", body=body, inputs={2: a.view(np.uint32), 3: b.view(np.uint32), 4: old4}, outputs=[4, 5],
+                expected=np.stack([e4, e5.view(np.uint32)]), names=["V_MOV_B32_E32@DPP", "V_ADD_F32_E32@DPP"])
 
 
 def run_one(c, corrected):

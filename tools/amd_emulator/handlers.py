@@ -285,8 +285,9 @@ for _arch, _names in (("cdna", ("DWORD", "DWORDX2", "DWORDX3", "DWORDX4")), ("rd
 
 
 # ---------------------------------------------------------------------------------------------
-# CDNA DPP (MI300 ISA "Data Parallel Processing (DPP)"): VOP1/VOP2 with src0 = 0xFA and a
-# second dword: src0 VGPR 39:32, dpp_ctrl 48:40, bound_ctrl 51, src0_neg 52, src0_abs 53,
+# DPP (MI300 ISA "Data Parallel Processing (DPP)", RDNA3 ISA "DPP16"): VOP1/VOP2 with src0 =
+# 0xFA and a second dword: src0 VGPR 39:32, dpp_ctrl 48:40, RDNA's fetch-inactive 50 (an
+# inactive source lane is read, not treated as missing), bound_ctrl 51, src0_neg 52, src0_abs 53,
 # src1_neg 54, src1_abs 55, bank_mask 59:56, row_mask 63:60. A lane writes only if its row
 # (lane / 16) is in row_mask and its bank ((lane / 4) % 4) in bank_mask; its source lane comes
 # from dpp_ctrl; a source lane that does not exist or is not in EXEC gives 0 when bound_ctrl is
@@ -305,6 +306,10 @@ def dpp_source_lane(lane, ctrl, wave_size=64):
         return row + pos - shift if pos >= shift else None
     if 0x121 <= ctrl <= 0x12F:                                # row_ror
         return row + (pos - shift) % 16
+    if 0x150 <= ctrl <= 0x15F:                                # row_share (RDNA)
+        return row + shift
+    if 0x160 <= ctrl <= 0x16F:                                # row_xmask (RDNA)
+        return row + (pos ^ shift)
     special = {0x130: lambda: lane + 1 if lane + 1 < wave_size else None,    # wave_shl:1
                0x134: lambda: (lane + 1) % wave_size,                        # wave_rol:1
                0x138: lambda: lane - 1 if lane > 0 else None,                # wave_shr:1
@@ -337,6 +342,7 @@ def dpp_op(name):
         vop2 = name != "V_MOV_B32_E32"
         vdst, vsrc1 = bits(word, 24, 17), bits(word, 16, 9)
         src0, ctrl, bound = bits(word, 39, 32), bits(word, 48, 40), bits(word, 51, 51)
+        fetch_inactive = wave.wave_size == 32 and bits(word, 50, 50)  # RDNA DPP16's FI bit
         bank_mask, row_mask = bits(word, 59, 56), bits(word, 63, 60)
         exec_mask, n = wave.exec_mask, wave.wave_size
         data = wave.vgpr[src0].copy()
@@ -346,7 +352,7 @@ def dpp_op(name):
             if not (exec_mask >> lane & 1 and row_mask >> (lane // 16) & 1 and bank_mask >> (lane // 4 % 4) & 1):
                 continue
             source = dpp_source_lane(lane, ctrl, n)
-            if source is None or not exec_mask >> source & 1:
+            if source is None or not (exec_mask >> source & 1 or fetch_inactive):
                 if not bound:
                     continue
                 a = np.uint32(0)
@@ -364,7 +370,8 @@ def dpp_op(name):
 
 
 for _name in DPP_OPS:
-    HANDLERS[("cdna", _name + "@DPP")] = dpp_op(_name)
+    for _arch in ("cdna", "rdna3"):
+        HANDLERS[(_arch, _name + "@DPP")] = dpp_op(_name)
 
 
 @handler("cdna", "BUFFER_STORE_SHORT", "BUFFER_STORE_BYTE")
@@ -593,7 +600,7 @@ def runner_for(pc, arch):
     else:
         inst = decode_inst(raw, arch)
         name = inst.op.name if hasattr(inst, "op") and hasattr(inst.op, "name") else None
-        if arch == "cdna" and type(inst).__name__.endswith("_DPP16"):
+        if type(inst).__name__.endswith("_DPP16"):
             name = f"{name}@DPP"
     fn = HANDLERS.get((arch, name))
     if fn is None or (enabled is not None and name not in enabled):

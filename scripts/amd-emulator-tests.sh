@@ -50,7 +50,7 @@ for trial in $("$bin" --list 2>/dev/null | sed -n 's/: test$//p'); do
   elif [ $rc -gt 128 ]; then result="crashed (signal $((rc - 128))): $(grep -m1 -A1 'Fatal Python error' "$log" | tail -1)"
   else result="failed: $(grep -m1 -A1 'panicked at' "$log" | tail -1 | cut -c1-180)"
   fi
-  variants=$(grep -h '^emu-launched' "$log" | sed 's/^emu-launched [^:]*: //')
+  variants=$(grep -ho 'emu-launched [^:]*: .*' "$log" | sed 's/^emu-launched [^:]*: //')
   printf '| %s | %s | %s | %s |\n' "$trial" "$result" "$secs" "$variants" | tee -a "$out/table.md"
 done
 echo "== done in $(( $(date +%s) - started )) s; table: $out/table.md; tinygrad $(git -C "$FLASH_ATTN_ROCM_TINYGRAD" rev-parse HEAD 2>/dev/null || cat "$FLASH_ATTN_ROCM_TINYGRAD/SNAPSHOT" 2>/dev/null || echo "(unknown snapshot)")"

@@ -214,7 +214,7 @@ def _scratch_round_trip(arch, store, load):
     ins = programs.isa(arch)
     lanes = 2 * (64 if arch == "cdna" else 32)
     values = np.arange(lanes, dtype=np.uint32) * 3 + 11
-    body = [store, ins.s_waitcnt(simm16=0), ins.s_barrier(), load, ins.s_waitcnt(simm16=0)]
+    body = [store, *programs._wait(arch), *programs.barrier(arch), load, *programs._wait(arch)]
     return dict(arch=arch, body=body, inputs={2: values}, outputs=[4], expected=values[None, :], lanes=lanes,
                 private_bytes=64)
 
@@ -335,6 +335,21 @@ def dpp16_rdna3_same_register_and_float_add():
     body = [_dpp(mov, 4, 4, 0b01001110, 0xF, 0xF), _dpp(add_f32, 5, 2, 0x114, 0xF, 0xF, bound=1, vsrc1=3)]
     return dict(arch="rdna3", body=body, inputs={2: a.view(np.uint32), 3: b.view(np.uint32), 4: old4}, outputs=[4, 5],
                 expected=np.stack([e4, e5.view(np.uint32)]), names=["V_MOV_B32_E32@DPP", "V_ADD_F32_E32@DPP"])
+
+
+@check
+def scratch_is_private_to_each_wave_rdna4():
+    ins = programs.isa("rdna4")
+    store = ins.VSCRATCH(ins.VSCRATCHOp.SCRATCH_STORE_B32, vaddr=ins.v[0], vsrc=ins.v[2], saddr=ins.NULL, ioffset=16)
+    load = ins.VSCRATCH(ins.VSCRATCHOp.SCRATCH_LOAD_B32, vaddr=ins.v[0], vdst=ins.v[4], saddr=ins.NULL, ioffset=16)
+    return dict(_scratch_round_trip("rdna4", store, load), names=["SCRATCH_STORE_B32", "SCRATCH_LOAD_B32"])
+
+
+@check
+def dpp16_rdna4_same_register():
+    """RDNA4 ISA DPP16, as RDNA3: v_mov_b32_dpp v4, v4 quad_perm:[2,3,0,1] reads v4 as it was."""
+    c = dpp16_rdna3_same_register_and_float_add()
+    return dict(c, arch="rdna4")
 
 
 def run_one(c, corrected):

@@ -236,11 +236,13 @@ def ds_swizzle_b32(wave, word, size):
 # SGPR file, which the emulator allocates per wave) has its own.
 # Fields: CDNA offset 12:0, SVE 13, op 24:18, addr 39:32, data 47:40, saddr 54:48 (0x7F: none),
 # vdst 63:56; RDNA3 offset 12:0, op 24:18, addr 39:32, data 47:40, saddr 54:48 (NULL 0x7C: none),
-# SVE 55, vdst 63:56.
+# SVE 55, vdst 63:56; RDNA4 (96-bit) saddr 6:0, op 21:14, vdst 39:32, SVE 49, data 62:55,
+# addr 71:64, offset 95:72 (signed).
 # ---------------------------------------------------------------------------------------------
 
 SCRATCH_LOADS = {20: 1, 21: 2, 22: 3, 23: 4}                  # op -> dwords, both families
-SCRATCH_STORES = {"cdna": {28: 1, 29: 2, 30: 3, 31: 4}, "rdna3": {26: 1, 27: 2, 28: 3, 29: 4}}
+SCRATCH_STORES = {"cdna": {28: 1, 29: 2, 30: 3, 31: 4}, "rdna3": {26: 1, 27: 2, 28: 3, 29: 4},
+                  "rdna4": {26: 1, 27: 2, 28: 3, 29: 4}}
 _private = {}  # SGPR file address -> [lane][byte] private memory of that wave
 
 
@@ -257,10 +259,19 @@ def private_memory(wave):
     return memory
 
 
+def decode_scratch(arch, word):
+    """(op, addr VGPR, data VGPR, saddr, vdst, SVE, signed offset) of a scratch instruction."""
+    if arch == "rdna4":
+        offset = bits(word, 95, 72)
+        return (bits(word, 21, 14), bits(word, 71, 64), bits(word, 62, 55), bits(word, 6, 0), bits(word, 39, 32),
+                bits(word, 49, 49), offset - (1 << 24) if offset >> 23 else offset)
+    return (bits(word, 24, 18), bits(word, 39, 32), bits(word, 47, 40), bits(word, 54, 48), bits(word, 63, 56),
+            bits(word, 13, 13) if arch == "cdna" else bits(word, 55, 55),
+            bits(word, 12, 0) - (1 << 13 if bits(word, 12, 12) else 0))
+
+
 def scratch_access(wave, arch, word, size):
-    op, addr, data, saddr, vdst = bits(word, 24, 18), bits(word, 39, 32), bits(word, 47, 40), bits(word, 54, 48), bits(word, 63, 56)
-    sve = bits(word, 13, 13) if arch == "cdna" else bits(word, 55, 55)
-    offset = bits(word, 12, 0) - (1 << 13 if bits(word, 12, 12) else 0)
+    op, addr, data, saddr, vdst, sve, offset = decode_scratch(arch, word)
     no_saddr = 0x7F if arch == "cdna" else NULL_SGPR
     base = (wave.scalar(saddr) if saddr != no_saddr else 0) + offset
     memory = private_memory(wave)
@@ -278,7 +289,8 @@ def scratch_access(wave, arch, word, size):
     wave.advance(size)
 
 
-for _arch, _names in (("cdna", ("DWORD", "DWORDX2", "DWORDX3", "DWORDX4")), ("rdna3", ("B32", "B64", "B96", "B128"))):
+for _arch, _names in (("cdna", ("DWORD", "DWORDX2", "DWORDX3", "DWORDX4")), ("rdna3", ("B32", "B64", "B96", "B128")),
+                      ("rdna4", ("B32", "B64", "B96", "B128"))):
     for _kind in ("LOAD", "STORE"):
         for _name in _names:
             HANDLERS[(_arch, f"SCRATCH_{_kind}_{_name}")] = (lambda a: lambda wave, word, size: scratch_access(wave, a, word, size))(_arch)
@@ -370,7 +382,7 @@ def dpp_op(name):
 
 
 for _name in DPP_OPS:
-    for _arch in ("cdna", "rdna3"):
+    for _arch in ("cdna", "rdna3", "rdna4"):
         HANDLERS[(_arch, _name + "@DPP")] = dpp_op(_name)
 
 

@@ -43,6 +43,15 @@ def _wait(arch):
     return [i.s_waitcnt(simm16=0)]
 
 
+def barrier(arch):
+    """The work-group barrier: s_barrier, or on RDNA4 s_barrier_signal -1 (SOP1 0xBE804EC1:
+    op 78, ssrc0 = inline -1) then s_barrier_wait -1."""
+    i = isa(arch)
+    if arch == "rdna4":
+        return [0xBE804EC1.to_bytes(4, "little"), i.s_barrier_wait(simm16=0xFFFF)]
+    return [i.s_barrier()]
+
+
 def assemble(arch, body, inputs, outputs, lanes):
     """Bytes of: v1 = lane * 4; load `inputs` registers; `body`; store `outputs` registers."""
     i = isa(arch)

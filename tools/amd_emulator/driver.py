@@ -9,6 +9,8 @@ a status word and, on failure, the error text into buffers the caller passes.
 """
 
 import ctypes
+import os
+import sys
 import struct
 import time
 import traceback
@@ -153,6 +155,9 @@ def launch(fid, gx, gy, gz, bx, by, bz, dynamic_lds, params):
     handlers.launch_facts["lds_bytes"] = kd.group_segment_fixed_size + dynamic_lds
     handlers.launch_facts["private_bytes"] = kd.private_segment_fixed_size
     handlers.forget_private_memory()
+    if os.environ.get("FLASH_ATTN_ROCM_EMULATOR_LAST_PC"):
+        print(f"emu-debug {kernel.name} {module.code.target}: code {module.base:#x}..{module.base + module.code.image_size():#x}, "
+              f"entry {entry:#x}", file=sys.stderr, flush=True)
     start = time.time()
     with corrections.active(module.arch):
         run_asm(entry, module.base + module.code.image_size() - entry, gx, gy, gz, bx, by, bz,

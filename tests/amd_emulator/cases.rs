@@ -26,6 +26,7 @@ pub const CLASSES: &[ClassTest] = &[
     ("varlen", varlen),
     ("extras", extras),
     ("decode_extras", decode_extras),
+    ("b64_variants", b64_variants),
     ("faults", faults),
 ];
 
@@ -45,6 +46,7 @@ fn launched_must_include(what: &str, expected: &[&str]) {
     let mut launched = take_launches();
     launched.sort();
     launched.dedup();
+    crate::compare::LAST.with(|l| *l.borrow_mut() = launched.clone());
     eprintln!("emu-launched {what}: {}", launched.join(" "));
     for needle in expected {
         assert!(launched.iter().any(|v| v.contains(needle)), "{what}: no variant with {needle:?} ran: {launched:?}");
@@ -211,6 +213,27 @@ fn decode_extras(driver: &'static Driver) {
         });
     }
     launched_must_include("decode_extras", &["fwd_decode_fp16_d64_flat_x", "fwd_decode_bf16_d64_flat_x"]);
+}
+
+/// The 64-bit images of variants that have a `_b32` twin (twins.rs): decode, decode with split
+/// keys (and the merge), and the masked-d prefill; against the CPU backend's output and LSE.
+fn b64_variants(driver: &'static Driver) {
+    let mut rng = rng();
+    take_launches();
+    for dtype in DTYPES {
+        for (shape, causal) in [((2, 1, 70, 4, 1, 64), false), ((1, 1, 600, 2, 1, 64), false), ((1, 24, 40, 1, 1, 40), true)] {
+            let x = batch_inputs(&mut rng, shape, dtype);
+            let d = shape.5;
+            let what = format!("{dtype:?} {shape:?} causal {causal}, 64-bit image");
+            let op = fa::FlashAttn { softmax_scale: scale(d), alibi_slopes: None, window_size_left: None, window_size_right: causal.then_some(0), softcap: None };
+            let (cpu_out, cpu_lse) = op.forward_with_lse(&x[0], &x[1], &x[2]).unwrap();
+            let (out, lse, splits) = crate::twins::batch_without_twin(driver, &x, scale(d), causal);
+            crate::compare::agree(&format!("{what}, {splits} splits"), (&out, Some(&lse)), (&cpu_out, Some(&cpu_lse)));
+        }
+    }
+    launched_must_include("b64_variants", &["fwd_decode_fp16_d64_flat", "fwd_decode_bf16_d64_flat", "fwd_prefill_fp16_d64p_flat", "merge_"]);
+    let launched = crate::compare::last_launched();
+    assert!(launched.iter().all(|v| !v.contains("_b32")), "a twin ran: {launched:?}");
 }
 
 /// Bad side tensors: seqlens that step back, and a block id outside the cache. The call runs

@@ -34,15 +34,30 @@ pub fn check(what: &str, driver: &'static Driver, f: impl Fn() -> Outcome) {
     let started = std::time::Instant::now();
     let (emu_out, emu_lse) = run_on_gpu(driver, &f).unwrap_or_else(|e| panic!("{what}: emulator: {e}"));
     let seconds = started.elapsed().as_secs_f64();
+    agree(&format!("{what} ({seconds:.1} s)"), (&emu_out, emu_lse.as_ref()), (&cpu_out, cpu_lse.as_ref()));
+}
+
+/// The variants of the last `launched_must_include` (for assertions on what did not run).
+pub fn last_launched() -> Vec<&'static str> {
+    LAST.with(|l| l.borrow().clone())
+}
+
+thread_local! {
+    pub static LAST: std::cell::RefCell<Vec<&'static str>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Panics naming the worst element when the emulated output or LSE differ from the CPU's beyond
+/// the tolerance; prints one `emu-diff` line.
+pub fn agree(what: &str, (emu_out, emu_lse): (&Tensor, Option<&Tensor>), (cpu_out, cpu_lse): (&Tensor, Option<&Tensor>)) {
     assert_eq!(emu_out.dims(), cpu_out.dims(), "{what}: dims");
     let (emu, cpu) = (values(&emu_out), values(&cpu_out));
     let (err, at) = worst(&emu, &cpu);
-    let lse_err = match (&cpu_lse, &emu_lse) {
+    let lse_err = match (cpu_lse, emu_lse) {
         (Some(c), Some(e)) => worst(&values(e), &values(c)).0,
         (None, None) => 0.0,
         _ => panic!("{what}: an LSE on one side only"),
     };
-    eprintln!("emu-diff {err:.2e} lse {lse_err:.2e} {seconds:.1} s {what}");
+    eprintln!("emu-diff {err:.2e} lse {lse_err:.2e} {what}");
     assert!(err <= tolerance(cpu_out.dtype()), "{what}: element {at}: emulated {} cpu {} (relative error {err:.3e})", emu[at], cpu[at]);
     assert!(lse_err <= LSE_TOLERANCE, "{what}: LSE relative error {lse_err:.3e}");
 }

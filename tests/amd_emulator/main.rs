@@ -14,6 +14,7 @@ mod common;
 mod cases;
 mod compare;
 mod runner;
+mod twins;
 
 fn main() {
     runner::run(cases::CLASSES)

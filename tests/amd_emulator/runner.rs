@@ -12,6 +12,9 @@ pub type ClassTest = (&'static str, fn(&'static Driver));
 pub const ARCHS: [&str; 6] = ["gfx942", "gfx1100", "gfx1201", "gfx90a", "gfx1030", "gfx1103"];
 
 fn unavailable(arch: &str) -> Option<String> {
+    if arch.starts_with("gfx10") {
+        return Some(format!("{arch} is RDNA2: tinygrad's emulator implements RDNA3, RDNA4 and CDNA only"));
+    }
     if !embedded_targets().contains(&arch) {
         return Some(format!("{arch} is not built (FLASH_ATTN_ROCM_ARCHS; built: {:?})", embedded_targets()));
     }

@@ -86,22 +86,27 @@ def ds_bpermute_b32_wraps_lanes():
 
 
 @check
-def ds_load_u16_d16_and_hi():
-    """RDNA3 ISA DS_LOAD_U16_D16: `RETURN_DATA[15:0].u16 = MEM[ADDR].u16`, bits 31:16 preserved;
-    DS_LOAD_U16_D16_HI: `RETURN_DATA[31:16].u16 = MEM[ADDR].u16`, bits 15:0 preserved. The LDS is
-    filled by ds_store_b32 first; each lane reads the high half of its own word (offset 2)."""
-    ins = programs.isa("rdna3")
+def ds_load_u16_d16_and_hi(arch="rdna3"):
+    """RDNA3/RDNA4 ISA DS_LOAD_U16_D16: `RETURN_DATA[15:0].u16 = MEM[ADDR].u16`, bits 31:16
+    preserved; DS_LOAD_U16_D16_HI: `RETURN_DATA[31:16].u16 = MEM[ADDR].u16`, bits 15:0 preserved.
+    The LDS is filled by ds_store_b32 first; each lane reads the high half of its own word."""
+    ins = programs.isa(arch)
     lanes = np.arange(32, dtype=np.uint32)
     data = 0x1000 * lanes + 0x50000 * (lanes + 1) + 0x0123
     old = 0xA5A50000 + 0x11 * lanes
     high = data >> 16
     expected = np.stack([(old & 0xFFFF) | (high << 16), (old & 0xFFFF0000) | high])
-    body = [ins.DS(ins.DSOp.DS_STORE_B32, addr=ins.v[1], data0=ins.v[2]), ins.s_waitcnt(simm16=0),
+    body = [ins.DS(ins.DSOp.DS_STORE_B32, addr=ins.v[1], data0=ins.v[2]), *programs._wait(arch),
             ins.v_mov_b32_e32(ins.v[5], ins.v[4]),
             ins.DS(ins.DSOp.DS_LOAD_U16_D16_HI, addr=ins.v[1], vdst=ins.v[4], offset0=2),
             ins.DS(ins.DSOp.DS_LOAD_U16_D16, addr=ins.v[1], vdst=ins.v[5], offset0=2)]
-    return dict(arch="rdna3", body=body, inputs={2: data, 4: old}, outputs=[4, 5], expected=expected,
+    return dict(arch=arch, body=body, inputs={2: data, 4: old}, outputs=[4, 5], expected=expected,
                 names=["DS_LOAD_U16_D16", "DS_LOAD_U16_D16_HI"], lds_bytes=512)
+
+
+@check
+def ds_load_u16_d16_and_hi_rdna4():
+    return ds_load_u16_d16_and_hi("rdna4")
 
 
 def permlanex16_expected(src, lanesel):
@@ -111,15 +116,20 @@ def permlanex16_expected(src, lanesel):
 
 
 @check
-def permlanex16_b32_with_literal_select():
+def permlanex16_b32_with_literal_select(arch="rdna3"):
     """V_PERMLANEX16_B32 v4, v2, <literal 0x0f1e2d3c>, s5 (s5 = 0x8796a5b4): the literal is the
     low 32 select bits; each lane takes its select nibble's lane of the other row."""
-    ins = programs.isa("rdna3")
+    ins = programs.isa(arch)
     src = np.arange(32, dtype=np.uint32) * 3 + 100
     s1, s2 = 0x0F1E2D3C, 0x8796A5B4
     body = [ins.s_mov_b32(ins.s[5], s2), ins.v_permlanex16_b32(ins.v[4], ins.v[2], s1, ins.s[5])]
     expected = permlanex16_expected(src, s1 | s2 << 32)[None, :]
-    return dict(arch="rdna3", body=body, inputs={2: src}, outputs=[4], expected=expected, names=["V_PERMLANEX16_B32"])
+    return dict(arch=arch, body=body, inputs={2: src}, outputs=[4], expected=expected, names=["V_PERMLANEX16_B32"])
+
+
+@check
+def permlanex16_b32_with_literal_select_rdna4():
+    return permlanex16_b32_with_literal_select("rdna4")
 
 
 RAW_V_SHARP_WORD3 = 0x31027000  # what Triton's gfx11 kernels put in V# word 3: OOB_SELECT 3 (raw)
@@ -131,12 +141,20 @@ def _v_sharp(ins, first, base_lo, base_hi, num_records):
             ins.s_mov_b32(ins.s[first + 2], num_records), ins.s_mov_b32(ins.s[first + 3], RAW_V_SHARP_WORD3)]
 
 
+def _buffer_op(arch, op, vdata, vaddr, rsrc):
+    """`op` (a MUBUF/VBUFFER opcode name) with `offen`, soffset NULL, from V# s[rsrc:rsrc+3]."""
+    ins = programs.isa(arch)
+    if arch == "rdna4":
+        return ins.VBUFFER(getattr(ins.VBUFFEROp, op), vdata=vdata, vaddr=vaddr, rsrc=rsrc, soffset=ins.NULL, offen=1, ioffset=0)
+    return ins.MUBUF(getattr(ins.MUBUFOp, op), vdata=vdata, vaddr=vaddr, srsrc=ins.s[rsrc:rsrc + 3], soffset=ins.NULL, offen=1)
+
+
 @check
-def buffer_load_b32_b128_out_of_range_read_zero():
+def buffer_load_b32_b128_out_of_range_read_zero(arch="rdna3"):
     """RDNA3 ISA MUBUF BUFFER_LOAD_B32 / _B128 `offen` over a raw V# (OOB_SELECT 3) of 100 bytes
     at the inputs: a lane whose access reaches byte 100 or beyond (offsets 96 for 16 bytes,
     0x80000000 as Triton's masked lanes) reads 0; the others read memory at base + offset."""
-    ins = programs.isa("rdna3")
+    ins = programs.isa(arch)
     lanes = np.arange(32, dtype=np.uint32)
     offsets = np.where(lanes % 4 == 3, 0x80000000, (lanes * 8) % 112).astype(np.uint32)
     memory = np.arange(32, dtype=np.uint32) * 0x01010101 + 0x0A0B0C0D
@@ -149,19 +167,24 @@ def buffer_load_b32_b128_out_of_range_read_zero():
     b32 = np.array([load(int(o), 4)[0] for o in offsets], np.uint32)
     b128 = np.stack([load(int(o), 16) for o in offsets], axis=1)
     body = _v_sharp(ins, 8, ins.s[0], ins.s[1], num_records) + [
-        ins.MUBUF(ins.MUBUFOp.BUFFER_LOAD_B32, vdata=ins.v[6], vaddr=ins.v[2], srsrc=ins.s[8:11], soffset=ins.NULL, offen=1),
-        ins.MUBUF(ins.MUBUFOp.BUFFER_LOAD_B128, vdata=ins.v[8:11], vaddr=ins.v[2], srsrc=ins.s[8:11], soffset=ins.NULL, offen=1)]
-    return dict(arch="rdna3", body=body, inputs={2: offsets, 3: memory}, outputs=[6, 8, 9, 10, 11],
+        _buffer_op(arch, "BUFFER_LOAD_B32", ins.v[6], ins.v[2], 8), _buffer_op(arch, "BUFFER_LOAD_B128", ins.v[8:11], ins.v[2], 8)]
+    return dict(arch=arch, body=body, inputs={2: offsets, 3: memory}, outputs=[6, 8, 9, 10, 11],
                 expected=np.concatenate([b32[None, :], b128]),
                 names=["BUFFER_LOAD_B32", "BUFFER_LOAD_B128"])
 
 
 @check
-def buffer_store_b16_writes_two_bytes_in_range_only():
+def buffer_load_b32_b128_out_of_range_read_zero_rdna4():
+    """RDNA4 ISA VBUFFER BUFFER_LOAD_B32 / _B128: as on RDNA3 (same V# and range rule)."""
+    return buffer_load_b32_b128_out_of_range_read_zero("rdna4")
+
+
+@check
+def buffer_store_b16_writes_two_bytes_in_range_only(arch="rdna3"):
     """RDNA3 ISA BUFFER_STORE_B16: `MEM[ADDR].b16 = VDATA[15:0]`, two bytes, nothing else; dropped
     out of range. Lanes store at byte 2 * lane of a raw V# of 40 bytes over the inputs' row of
     v3, so lanes 20.. (and every 5th lane, at 0x80000000) write nothing."""
-    ins = programs.isa("rdna3")
+    ins = programs.isa(arch)
     lanes = np.arange(32, dtype=np.uint32)
     offsets = np.where(lanes % 5 == 4, 0x80000000, 2 * lanes).astype(np.uint32)
     values = 0xBEEF0000 + lanes
@@ -170,13 +193,18 @@ def buffer_store_b16_writes_two_bytes_in_range_only():
     for lane in range(32):
         if offsets[lane] + 2 <= 40:
             after[offsets[lane] // 2] = values[lane] & 0xFFFF
-    body = [ins.s_add_u32(ins.s[12], ins.s[0], 2 * 32 * 4), ins.s_addc_u32(ins.s[13], ins.s[1], 0)]
+    add, add_carry = (ins.s_add_co_u32, ins.s_add_co_ci_u32) if arch == "rdna4" else (ins.s_add_u32, ins.s_addc_u32)
+    body = [add(ins.s[12], ins.s[0], 2 * 32 * 4), add_carry(ins.s[13], ins.s[1], 0)]
     body += _v_sharp(ins, 8, ins.s[12], ins.s[13], 40)
-    body += [ins.MUBUF(ins.MUBUFOp.BUFFER_STORE_B16, vdata=ins.v[3], vaddr=ins.v[2], srsrc=ins.s[8:11], soffset=ins.NULL, offen=1),
-             ins.s_waitcnt(simm16=0), ins.v_mov_b32_e32(ins.v[6], 1)]
-    return dict(arch="rdna3", body=body, inputs={2: offsets, 3: values, 4: target}, outputs=[6],
+    body += [_buffer_op(arch, "BUFFER_STORE_B16", ins.v[3], ins.v[2], 8), *programs._wait(arch), ins.v_mov_b32_e32(ins.v[6], 1)]
+    return dict(arch=arch, body=body, inputs={2: offsets, 3: values, 4: target}, outputs=[6],
                 expected=np.ones((1, 32), np.uint32), names=["BUFFER_STORE_B16"],
                 memory_row=(4, after.view(np.uint32)))
+
+
+@check
+def buffer_store_b16_writes_two_bytes_in_range_only_rdna4():
+    return buffer_store_b16_writes_two_bytes_in_range_only("rdna4")
 
 
 @check

@@ -166,7 +166,7 @@ fn queue<D: GpuDevice>(
     want_lse: bool,
 ) -> Result<(D::Buffer, Option<D::Buffer>)> {
     let (_, info) = crate::triton::current_device(driver)?;
-    let family = choose(call, &info.arch, KernelChoice::from_env()?, &built())?;
+    let family = choose(call, &info.arch, info.limits, KernelChoice::from_env()?, &built())?;
     // Both families read the seqlens and block table where they lie and check them there (CK:
     // the guard kernel; Triton: the kernels themselves). Out-of-range values found by an
     // earlier call of either family fail this one, without synchronizing.

@@ -9,7 +9,8 @@ use std::sync::{Mutex, PoisonError};
 use super::library::{self, Candidates, DriverLibrary};
 use super::loader::driver_functions;
 use super::{
-    call, text_or_unknown, Api, Backend, GpuResult, Handle, MappedHostMemory, SharedCalls,
+    call, device_limits_from_attributes, text_or_unknown, Api, Backend, DeviceLimits, GpuResult,
+    Handle, MappedHostMemory, SharedCalls,
 };
 
 /// Where the CUDA driver is looked for: the one already loaded (by the CUDA runtime or the
@@ -28,6 +29,9 @@ const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: i32 = 16;
 const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: i32 = 75;
 const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: i32 = 76;
 const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
+const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: i32 = 1;
+const CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED: i32 = 86;
+const CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: i32 = 97;
 /// `CU_MEMHOSTALLOC_PORTABLE`: the allocation belongs to every context.
 const CU_MEMHOSTALLOC_PORTABLE: u32 = 0x01;
 /// `CU_MEMHOSTALLOC_DEVICEMAP`: mapped into the devices' address space.
@@ -214,6 +218,16 @@ impl Backend for Cuda {
         let major = self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ordinal)?;
         let minor = self.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ordinal)?;
         Ok(sm_name(major, minor))
+    }
+
+    fn device_limits(&self, ordinal: i32) -> GpuResult<DeviceLimits> {
+        let shared = self.attribute(
+            CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            ordinal,
+        )?;
+        let threads = self.attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, ordinal)?;
+        let atomics = self.attribute(CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED, ordinal)?;
+        device_limits_from_attributes(Api::Cuda, "cuDeviceGetAttribute", shared, threads, atomics)
     }
 
     fn allow_shared(&self, function: Handle, bytes: u32) -> GpuResult<()> {

@@ -28,6 +28,7 @@ pub use buffer::DeviceBuffer;
 pub use error::{Api, GpuError, GpuResult, NOT_A_DRIVER_STATUS};
 pub use fault_word::FaultWord;
 pub use hip::{HIP_DEVICE_PROP_R0600_SIZE, HIP_GCN_ARCH_NAME_OFFSET, HIP_HEADER_CHECK};
+pub use crate::triton::targets::DeviceLimits;
 pub use module::{Function, Module};
 pub use scope::with_device;
 
@@ -99,6 +100,8 @@ trait Backend: Send + Sync {
     fn device_count(&self) -> GpuResult<i32>;
     fn multiprocessor_count(&self, ordinal: i32) -> GpuResult<i32>;
     fn arch_name(&self, ordinal: i32) -> GpuResult<String>;
+    /// What device `ordinal` allows one block ([`Driver::device_limits`]).
+    fn device_limits(&self, ordinal: i32) -> GpuResult<DeviceLimits>;
     fn allow_shared(&self, function: Handle, bytes: u32) -> GpuResult<()>;
     /// Allocates `bytes` (> 0) on the current device; returns the device address.
     fn malloc(&self, bytes: usize) -> GpuResult<usize>;
@@ -279,11 +282,44 @@ impl Driver {
         self.backend.arch_name(ordinal)
     }
 
+    /// What device `ordinal` allows one block of a launch, and whether its link to the host
+    /// has native atomics:
+    /// - NVIDIA: the shared memory a kernel may opt into
+    ///   (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`), which the launcher opts
+    ///   into for each kernel that needs more than the default 48 KiB.
+    /// - AMD: the LDS of a workgroup (`hipDeviceAttributeMaxSharedMemoryPerBlock`);
+    ///   `hipDeviceAttributeSharedMemPerBlockOptin` is CUDA's notion, 0 in some ROCm releases.
+    pub fn device_limits(&self, ordinal: i32) -> GpuResult<DeviceLimits> {
+        self.backend.device_limits(ordinal)
+    }
+
     /// Waits for all work on the current device; errors of earlier asynchronous launches surface
     /// here (`hipDeviceSynchronize` / `cuCtxSynchronize`).
     pub fn synchronize(&self) -> GpuResult<()> {
         self.backend.synchronize()
     }
+}
+
+/// [`DeviceLimits`] from the driver's attribute values (ints in both APIs); a negative size is
+/// an error naming `call`.
+fn device_limits_from_attributes(
+    api: Api,
+    call: &'static str,
+    max_shared_per_block: i32,
+    max_threads_per_block: i32,
+    host_native_atomics: i32,
+) -> GpuResult<DeviceLimits> {
+    let size = |what: &str, value: i32| {
+        u32::try_from(value).map_err(|_| {
+            let message = format!("the driver reported {value} for {what}");
+            GpuError::local(api, call, message)
+        })
+    };
+    Ok(DeviceLimits {
+        max_shared_per_block: size("the shared memory per block", max_shared_per_block)?,
+        max_threads_per_block: size("the threads per block", max_threads_per_block)?,
+        host_native_atomics: host_native_atomics != 0,
+    })
 }
 
 /// Converts a driver's C string, or names a status the driver did not describe.

@@ -4,7 +4,7 @@ use super::args::ArgValue;
 use super::marshal::{fwd_args, merge_args, Plan};
 use super::registry::{KernelImage, KERNELS};
 use super::select::select;
-use crate::gpu::{Api, Driver, Function, Module};
+use crate::gpu::{Api, DeviceLimits, Driver, Function, Module};
 use crate::params::AttnCall;
 use crate::rocm::DeviceBuffers;
 use candle::Result;
@@ -19,6 +19,8 @@ pub struct DeviceInfo {
     pub arch: String,
     /// Compute units (AMD) or SMs (NVIDIA).
     pub units: usize,
+    /// What one block may use: the code objects selected must fit it.
+    pub limits: DeviceLimits,
 }
 
 type DeviceKey = (Api, i32);
@@ -49,7 +51,11 @@ pub fn current_device(driver: &'static Driver) -> Result<(DeviceKey, DeviceInfo)
     if let Some(info) = cache.get(&key) {
         return Ok((key, info.clone()));
     }
-    let info = DeviceInfo { arch: driver.arch_name(key.1)?, units: driver.multiprocessor_count(key.1)? as usize };
+    let info = DeviceInfo {
+        arch: driver.arch_name(key.1)?,
+        units: driver.multiprocessor_count(key.1)? as usize,
+        limits: driver.device_limits(key.1)?,
+    };
     cache.insert(key, info.clone());
     Ok((key, info))
 }
@@ -57,7 +63,7 @@ pub fn current_device(driver: &'static Driver) -> Result<(DeviceKey, DeviceInfo)
 /// The plan of `call` on the current device of `driver`.
 pub fn plan(driver: &'static Driver, call: &AttnCall) -> Result<Plan> {
     let (_, info) = current_device(driver)?;
-    let kernels = select(call, &info.arch, KERNELS)?;
+    let kernels = select(call, &info.arch, info.limits, KERNELS)?;
     Plan::new(call, kernels, info.units)
 }
 

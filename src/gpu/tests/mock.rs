@@ -11,6 +11,8 @@ use crate::gpu::*;
 /// What the host-memory backend records, shared with the test that owns the Driver.
 #[derive(Default)]
 pub(crate) struct MockState {
+    /// What every mock device allows ([`Driver::device_limits`]); a test may change it.
+    pub(crate) limits: MockLimits,
     /// Live allocations: address -> size.
     pub(super) allocations: Mutex<HashMap<usize, usize>>,
     pub(super) mallocs: AtomicUsize,
@@ -19,6 +21,31 @@ pub(crate) struct MockState {
     pub(crate) synchronizes: AtomicUsize,
     /// Mapped host allocations (leaked, like the drivers' ones that are never freed).
     pub(super) mapped_host_allocations: AtomicUsize,
+}
+
+/// The mock devices' limits: those of an MI300X (gfx942, the arch they report) until a test
+/// sets others.
+pub(crate) struct MockLimits(Mutex<DeviceLimits>);
+
+impl Default for MockLimits {
+    fn default() -> Self {
+        MockLimits(Mutex::new(DeviceLimits {
+            max_shared_per_block: 64 * 1024,
+            max_threads_per_block: 1024,
+            host_native_atomics: true,
+        }))
+    }
+}
+
+impl MockLimits {
+    /// What every mock device reports from now on.
+    pub(crate) fn set(&self, limits: DeviceLimits) {
+        *self.0.lock().unwrap() = limits;
+    }
+
+    pub(crate) fn get(&self) -> DeviceLimits {
+        *self.0.lock().unwrap()
+    }
 }
 
 /// What [`Driver::library`] says of the mock, and what its errors end with.
@@ -156,6 +183,12 @@ impl Backend for MockBackend {
     fn arch_name(&self, _: i32) -> GpuResult<String> {
         Ok("gfx942".to_owned())
     }
+    fn device_limits(&self, ordinal: i32) -> GpuResult<DeviceLimits> {
+        if !(0..MOCK_DEVICES).contains(&ordinal) {
+            self.check("mockDeviceGetAttribute", 101)?;
+        }
+        Ok(self.state.limits.get())
+    }
     fn allow_shared(&self, _: Handle, _: u32) -> GpuResult<()> {
         Ok(())
     }
@@ -218,4 +251,40 @@ impl Backend for MockBackend {
         self.state.synchronizes.fetch_add(1, Ordering::SeqCst);
         synchronize_through_shared_call(self)
     }
+}
+
+#[test]
+fn device_limits_are_what_the_backend_reports_for_a_valid_ordinal() {
+    let (driver, state) = mock_driver();
+    assert_eq!(
+        driver.device_limits(0).unwrap().max_shared_per_block,
+        64 * 1024
+    );
+    let rtx = DeviceLimits {
+        max_shared_per_block: 101_376,
+        max_threads_per_block: 1024,
+        host_native_atomics: false,
+    };
+    state.limits.set(rtx);
+    assert_eq!(driver.device_limits(MOCK_DEVICES - 1).unwrap(), rtx);
+    let error = driver.device_limits(MOCK_DEVICES).unwrap_err();
+    assert_eq!((error.call, error.code), ("mockDeviceGetAttribute", 101));
+}
+
+#[test]
+fn device_limits_from_driver_attributes_refuse_negative_sizes() {
+    let limits = device_limits_from_attributes(Api::Cuda, "cuDeviceGetAttribute", 101_376, 1024, 1);
+    let expected = DeviceLimits {
+        max_shared_per_block: 101_376,
+        max_threads_per_block: 1024,
+        host_native_atomics: true,
+    };
+    assert_eq!(limits.unwrap(), expected);
+    let error = device_limits_from_attributes(Api::Hip, "hipDeviceGetAttribute", 65_536, -1, 0)
+        .unwrap_err();
+    assert_eq!(error.call, "hipDeviceGetAttribute");
+    assert!(
+        error.message.contains("-1 for the threads per block"),
+        "{error}"
+    );
 }

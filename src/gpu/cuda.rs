@@ -277,12 +277,25 @@ impl Backend for Cuda {
     /// A thread with no current context starts on device 0 (its primary context), as a HIP
     /// thread does; any other status of `cuCtxGetDevice` is an error.
     fn current_device(&self) -> GpuResult<i32> {
+        match self.current_device_if_any()? {
+            Some(ordinal) => Ok(ordinal),
+            None => self.set_device(0).map(|()| 0),
+        }
+    }
+
+    fn current_device_if_any(&self) -> GpuResult<Option<i32>> {
         let mut ordinal = 0;
         // SAFETY: `ordinal` is a writable int.
         match unsafe { (self.functions.cuCtxGetDevice)(&mut ordinal) } {
-            CUDA_ERROR_INVALID_CONTEXT => self.set_device(0).map(|()| 0),
-            status => self.check("cuCtxGetDevice", status).map(|()| ordinal),
+            CUDA_ERROR_INVALID_CONTEXT => Ok(None),
+            status => self.check("cuCtxGetDevice", status).map(|()| Some(ordinal)),
         }
+    }
+
+    fn clear_current_device(&self) -> GpuResult<()> {
+        // SAFETY: a null context unbinds the thread's current context (the primary contexts
+        // stay retained).
+        self.check("cuCtxSetCurrent", unsafe { (self.functions.cuCtxSetCurrent)(std::ptr::null_mut()) })
     }
 
     unsafe fn copy_to_host(&self, dst: &mut [u8], src: usize) -> GpuResult<()> {

@@ -14,7 +14,7 @@ mod buffer;
 mod compute_units;
 mod cuda;
 mod error;
-mod fault_word;
+mod fault_slots;
 mod hip;
 mod library;
 mod loader;
@@ -22,11 +22,11 @@ mod module;
 mod scope;
 
 use std::ffi::{c_char, c_void};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 pub use buffer::DeviceBuffer;
 pub use error::{Api, GpuError, GpuResult, NOT_A_DRIVER_STATUS};
-pub use fault_word::FaultWord;
+pub use fault_slots::FaultSlot;
 pub use hip::{HIP_DEVICE_PROP_R0600_SIZE, HIP_GCN_ARCH_NAME_OFFSET, HIP_HEADER_CHECK};
 pub use crate::triton::targets::DeviceLimits;
 pub use module::{Function, Module};
@@ -114,7 +114,8 @@ trait Backend: Send + Sync {
     unsafe fn copy_to_host(&self, dst: &mut [u8], src: usize) -> GpuResult<()>;
     /// Allocates `bytes` (> 0) of page-locked host memory that is mapped into the address space
     /// of every device (portable) and coherent (device writes reach the host without a copy or
-    /// a synchronization). Never freed: its one user lives as long as the process.
+    /// a synchronization). Never freed: the fault slots in it are reused for the life of the
+    /// process.
     fn alloc_mapped_host(&self, bytes: usize) -> GpuResult<MappedHostMemory>;
     /// Queues on `stream` the write of `value` to `count` u32 words at `addr`.
     /// # Safety
@@ -129,6 +130,18 @@ trait Backend: Send + Sync {
         // SAFETY: `ordinal` is a writable int.
         self.check(name, unsafe { function(&mut ordinal) })?;
         Ok(ordinal)
+    }
+
+    /// This thread's current device, or `None` where the API has a state without one and the
+    /// thread is in it (CUDA: no current context), without leaving that state.
+    fn current_device_if_any(&self) -> GpuResult<Option<i32>> {
+        self.current_device().map(Some)
+    }
+
+    /// Returns the thread to the state without a current device (CUDA: unbinds its context).
+    /// HIP has no such state: a thread always has a current device, so nothing changes.
+    fn clear_current_device(&self) -> GpuResult<()> {
+        Ok(())
     }
 
     /// Waits for all work on the current device. A method, not only a shared call, so that the
@@ -167,13 +180,14 @@ fn synchronize_through_shared_call<B: Backend + ?Sized>(backend: &B) -> GpuResul
 /// library and every function pointer taken from it stay valid for the whole process.
 pub struct Driver {
     backend: Box<dyn Backend>,
-    /// Allocated by the first [`Driver::fault_word`] that succeeds.
-    fault_word: OnceLock<FaultWord>,
-    /// Held while allocating `fault_word`, so that two first calls allocate one word. A failed
-    /// allocation is not cached: CUDA fails on a thread without a current context, and a later
-    /// call on another thread may succeed.
-    fault_word_allocation: Mutex<()>,
+    /// The fault slots of the threads that launch ([`Driver::fault_slot`]); shared with the
+    /// threads' records of the slots they hold, which give them back when a thread ends.
+    fault_slots: Arc<fault_slots::SlotPool>,
 }
+
+/// The process-wide drivers, opened on first use.
+static HIP: OnceLock<GpuResult<Driver>> = OnceLock::new();
+static CUDA: OnceLock<GpuResult<Driver>> = OnceLock::new();
 
 /// Returns the driver cached in `cell`, opening it on first use; a failure is cached too (the
 /// library does not appear later in a running process).
@@ -189,8 +203,7 @@ impl Driver {
     fn new(backend: Box<dyn Backend>) -> Driver {
         Driver {
             backend,
-            fault_word: OnceLock::new(),
-            fault_word_allocation: Mutex::new(()),
+            fault_slots: Arc::default(),
         }
     }
 
@@ -199,7 +212,6 @@ impl Driver {
     /// `libamdhip64.so`, `.so.7`, `.so.6`, loaded here. Decided once per process, on first use;
     /// an `Err` with every dlopen error when absent. [`Driver::library`] says which file it is.
     pub fn hip() -> GpuResult<&'static Driver> {
-        static HIP: OnceLock<GpuResult<Driver>> = OnceLock::new();
         cached(&HIP, hip::open)
     }
 
@@ -208,8 +220,12 @@ impl Driver {
     /// when absent or when `cuInit` fails (except for "no device", which
     /// [`Driver::device_count`] reports as 0 devices).
     pub fn cuda() -> GpuResult<&'static Driver> {
-        static CUDA: OnceLock<GpuResult<Driver>> = OnceLock::new();
         cached(&CUDA, cuda::open)
+    }
+
+    /// The drivers this process has opened so far ([`Driver::hip`], [`Driver::cuda`]); opens none.
+    pub fn opened() -> impl Iterator<Item = &'static Driver> {
+        [&HIP, &CUDA].into_iter().filter_map(|cell| cell.get()?.as_ref().ok())
     }
 
     /// Which API this driver speaks.
@@ -236,6 +252,18 @@ impl Driver {
     /// device 0 (so that calls from fresh threads, e.g. a thread pool's, behave alike).
     pub fn current_device(&self) -> GpuResult<i32> {
         self.backend.current_device()
+    }
+
+    /// This thread's current device, or `None` for a CUDA thread with no current context, which
+    /// this leaves without one (no context is created or made current).
+    pub fn current_device_if_any(&self) -> GpuResult<Option<i32>> {
+        self.backend.current_device_if_any()
+    }
+
+    /// Gives a thread for which [`Driver::current_device_if_any`] was `None` that state back
+    /// (CUDA: no current context); nothing on HIP, where a thread always has a current device.
+    pub fn clear_current_device(&self) -> GpuResult<()> {
+        self.backend.clear_current_device()
     }
 
     /// Queues on `stream` (a `hipStream_t` / `CUstream`; 0 is the null stream) the write of

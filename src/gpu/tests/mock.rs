@@ -21,6 +21,10 @@ pub(crate) struct MockState {
     pub(crate) synchronizes: AtomicUsize,
     /// Mapped host allocations (leaked, like the drivers' ones that are never freed).
     pub(super) mapped_host_allocations: AtomicUsize,
+    /// What every mock device reports as its multiprocessor count.
+    pub(crate) multiprocessors: std::sync::atomic::AtomicI32,
+    /// Every device made current, in order (a CUDA context created or bound).
+    pub(crate) devices_made_current: Mutex<Vec<i32>>,
 }
 
 /// The mock devices' limits: those of an MI300X (gfx942, the arch they report) until a test
@@ -62,8 +66,18 @@ pub(super) const MOCK_LIMIT: usize = 1 << 20;
 pub(super) static MODULES_UNLOADED: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
-    /// The mock's current device of this thread, as HIP keeps one per thread (3 until set).
+    /// The mock's current device of this thread, as HIP keeps one per thread (3 until set), or
+    /// [`NO_DEVICE`].
     static MOCK_DEVICE: std::cell::Cell<i32> = const { std::cell::Cell::new(3) };
+}
+
+/// The mock thread's state without a current device, as a CUDA thread without a context.
+const NO_DEVICE: i32 = -1;
+
+/// Puts the calling thread in the state a fresh CUDA thread is in: no current device. The mock
+/// then behaves as the CUDA backend: `current_device` makes device 0 current.
+pub(crate) fn mock_thread_without_device() {
+    MOCK_DEVICE.with(|d| d.set(NO_DEVICE));
 }
 
 /// The mock's device ordinals are 0..MOCK_DEVICES.
@@ -172,13 +186,28 @@ impl Backend for MockBackend {
             return self.check("mockSetDevice", 101);
         }
         MOCK_DEVICE.with(|d| d.set(ordinal));
+        self.state.devices_made_current.lock().unwrap().push(ordinal);
+        Ok(())
+    }
+    fn current_device(&self) -> GpuResult<i32> {
+        match self.current_device_if_any()? {
+            Some(ordinal) => Ok(ordinal),
+            None => self.set_device(0).map(|()| 0),
+        }
+    }
+    fn current_device_if_any(&self) -> GpuResult<Option<i32>> {
+        let ordinal = MOCK_DEVICE.with(std::cell::Cell::get);
+        Ok((ordinal != NO_DEVICE).then_some(ordinal))
+    }
+    fn clear_current_device(&self) -> GpuResult<()> {
+        MOCK_DEVICE.with(|d| d.set(NO_DEVICE));
         Ok(())
     }
     fn device_count(&self) -> GpuResult<i32> {
         Ok(1)
     }
     fn multiprocessor_count(&self, _: i32) -> GpuResult<i32> {
-        Ok(-1)
+        Ok(self.state.multiprocessors.load(Ordering::SeqCst))
     }
     fn arch_name(&self, _: i32) -> GpuResult<String> {
         Ok("gfx942".to_owned())

@@ -17,10 +17,8 @@ void ck_fmha_fwd(const CkFwdParams& params);
 // Number of visible HIP devices; 0 for hipErrorNoDevice, throws on other HIP errors.
 int hip_device_count();
 
-// Queues the side-tensor guard kernel (csrc/side_tensor_guard.cpp) on guard.stream.
+// Queues the side-tensor guard kernel (csrc/side_tensor_guard.cpp) on guard.stream; it reports
+// to the fault slot at guard.fault.
 void ck_guard_side_tensors(const CkSideTensorGuard& guard);
-
-// The guard's error bits recorded since the last call, cleared; no synchronization.
-uint32_t ck_take_side_tensor_errors();
 
 } // namespace flash_attn_rocm

@@ -1,9 +1,10 @@
 // The device-side guard of the varlen / paged side tensors (src/rocm/guard.rs): one small
 // kernel, queued on the caller's stream before CK's, copies the cumulative seqlens and the block
 // table into scratch, replacing every value that would make CK read or write out of bounds with
-// a safe one (a zero-length sequence, block 0), and records what it replaced in a flag that lives
-// in mapped host memory. The host reads that flag at the next call (or in
-// rocm::take_side_tensor_errors) without synchronizing: no device-to-host copy per call.
+// a safe one (a zero-length sequence, block 0), and records what it replaced in the calling
+// thread's fault slot for the stream (mapped host memory, gpu::Driver::fault_slot), which the
+// Triton kernels report to too. The host reads it at that thread's next call on the stream (or
+// in take_gpu_faults) without synchronizing: no device-to-host copy per call.
 #include "flash-attn-rocm/src/rocm/ffi.rs.h"
 #include "build_info.h"
 #include "hip_check.h"
@@ -12,7 +13,6 @@
 #include <hip/hip_runtime.h>
 
 #include <cstdint>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -24,7 +24,7 @@ constexpr uint32_t kBadSeqlensQ   = static_cast<uint32_t>(SideTensorFault::Seqle
 constexpr uint32_t kBadSeqlensK   = static_cast<uint32_t>(SideTensorFault::SeqlensK);
 constexpr uint32_t kBadBlockTable = static_cast<uint32_t>(SideTensorFault::BlockTable);
 
-__global__ void guard_side_tensors(CkSideTensorGuard g, uint32_t* flag)
+__global__ void guard_side_tensors(CkSideTensorGuard g)
 {
     __shared__ uint32_t seq_bad;
     auto seqstart_q = reinterpret_cast<const int32_t*>(g.seqstart_q_in);
@@ -59,55 +59,19 @@ __global__ void guard_side_tensors(CkSideTensorGuard g, uint32_t* flag)
             bad |= kBadBlockTable;
     }
     if(bad != 0)
-        atomicOr_system(flag, bad);
-}
-
-// The process's flag word: mapped, coherent host memory the device writes and the host reads.
-struct Flag
-{
-    uint32_t* host   = nullptr;
-    uint32_t* device = nullptr;
-};
-
-Flag& flag_for_current_device()
-{
-    // One word per process (portable across devices), allocated on first use.
-    static std::once_flag once;
-    static Flag flag;
-    static std::string error;
-    std::call_once(once, [] {
-        void* host = nullptr;
-        hipError_t status = hipHostMalloc(&host,
-                                          sizeof(uint32_t),
-                                          hipHostMallocMapped | hipHostMallocCoherent |
-                                              hipHostMallocPortable);
-        if(status != hipSuccess)
-        {
-            error = std::string("hipHostMalloc: ") + hipGetErrorName(status);
-            return;
-        }
-        *static_cast<volatile uint32_t*>(host) = 0;
-        flag.host = static_cast<uint32_t*>(host);
-    });
-    if(flag.host == nullptr)
-        throw std::runtime_error("flash-attn-rocm: cannot allocate the side-tensor error flag (" +
-                                 error + ")");
-    void* device = nullptr;
-    check_hip(hipHostGetDevicePointer(&device, flag.host, 0), "hipHostGetDevicePointer");
-    flag.device = static_cast<uint32_t*>(device);
-    return flag;
+        atomicOr_system(reinterpret_cast<uint32_t*>(g.fault), bad);
 }
 
 } // namespace
 
 void ck_guard_side_tensors(const CkSideTensorGuard& guard)
 {
-    Flag& flag = flag_for_current_device();
+    if(guard.fault == 0)
+        throw std::invalid_argument("flash-attn-rocm: the side-tensor guard needs a fault slot");
     // hipLaunchKernel returns the launch's own status, so no last-error slot is read (an error
     // of earlier work is not this launch's; hip_check.h). It copies the arguments at the call.
     CkSideTensorGuard guard_arg = guard;
-    uint32_t* flag_arg          = flag.device;
-    void* args[]                = {&guard_arg, &flag_arg};
+    void* args[]                = {&guard_arg};
     launch_kernel(reinterpret_cast<const void*>(&guard_side_tensors),
                   dim3(1),
                   dim3(kGuardThreads),
@@ -115,12 +79,6 @@ void ck_guard_side_tensors(const CkSideTensorGuard& guard)
                   0,
                   reinterpret_cast<hipStream_t>(guard.stream),
                   "side-tensor guard launch");
-}
-
-uint32_t ck_take_side_tensor_errors()
-{
-    Flag& flag = flag_for_current_device();
-    return __atomic_exchange_n(flag.host, 0u, __ATOMIC_ACQ_REL);
 }
 
 } // namespace flash_attn_rocm

@@ -590,3 +590,51 @@ pub fn flash_attn_varlen_paged_windowed_with_lse(
     );
     forward_with_lse(&op.request(), q, k, v)
 }
+
+/// Reports the out-of-range side-tensor values (cumulative seqlens, block-table ids) that this
+/// thread's earlier GPU calls found, on any device and stream, and clears them: `Ok` when there
+/// were none, else an `Err` naming the tensors. Calls of other threads are never reported here.
+///
+/// A GPU call leaves its seqlens and block table on the device, where the kernels check them
+/// (no host round trip per call): a bad value is replaced (its sequence computed as empty, its
+/// output rows zero) and recorded in a fault slot of the thread and stream that queued the call.
+/// That thread's next call on the same stream fails with the `Err` (and is not run); a
+/// thread that made its last call, or that wants to know before its next one, synchronizes the
+/// device and calls this. See the crate's [errors](crate#errors). CPU calls check their side
+/// tensors on the host and fail themselves, so on the CPU (and in a build without GPU support)
+/// this is always `Ok`.
+///
+/// # Example: a serving loop
+///
+/// ```
+/// use candle::{DType, Device, Tensor};
+///
+/// let dev = Device::Cpu; // a ROCm or CUDA device in a GPU build
+/// let (h, d, page) = (4, 64, 16);
+/// let k_cache = Tensor::zeros((8, page, h, d), DType::F16, &dev)?;
+/// let v_cache = k_cache.clone();
+/// for step in 0..3 {
+///     let q = Tensor::zeros((1, h, d), DType::F16, &dev)?;
+///     let seqlens_q = Tensor::new(&[0u32, 1], &dev)?;
+///     let seqlens_k = Tensor::new(&[0u32, 20], &dev)?;
+///     let table = Tensor::new(&[[3u32, 5]], &dev)?;
+///     let out = flash_attn_rocm::flash_attn_varlen_paged_windowed(
+///         &q, &k_cache, &v_cache, &seqlens_q, &seqlens_k, &table, None, 1, 20, 0.125, None, Some(0), page, None,
+///     )?;
+///     // Before answering the request: the device finished this step's work (a copy to the host
+///     // waits for it), then this thread's faults say whether its inputs were in range.
+///     let _answer = out.to_dtype(DType::F32)?.to_vec3::<f32>()?;
+///     flash_attn_rocm::take_gpu_faults()?;
+///     # let _ = step;
+/// }
+/// # Ok::<(), candle::Error>(())
+/// ```
+pub fn take_gpu_faults() -> Result<()> {
+    #[cfg(feature = "triton")]
+    {
+        let bits = crate::gpu::Driver::opened().fold(0, |bits, driver| bits | driver.take_thread_faults());
+        crate::rocm::faults_to_result(bits)
+    }
+    #[cfg(not(feature = "triton"))]
+    Ok(())
+}

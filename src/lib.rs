@@ -107,6 +107,20 @@
 //! serves is an `Err` that says why and which build variable to change. Nothing is silently
 //! ignored; dropout and backward are not implemented.
 //!
+//! **Seqlens and block tables on a GPU.** A GPU call checks its side tensors' shapes at once
+//! but leaves their values on the device (no host round trip per call): the kernels check them,
+//! replace an out-of-range value (its sequence is computed as empty: output rows 0, LSE `-inf`)
+//! and record the fault for the thread and stream that queued the call. The call itself has
+//! returned `Ok`; the fault surfaces as an `Err` naming the tensor
+//! - at that thread's next call on the same stream (which is then not run), or
+//! - at [`take_gpu_faults`], which that thread calls after synchronizing the device (e.g. before
+//!   answering a request; see its example).
+//!
+//! A fault never reaches another thread's call, nor a call on another stream. Where the device
+//! cannot write host memory atomically (an AMD GPU on a bus without PCIe atomics), the values
+//! are read and checked on the host before the call instead, as on the CPU: an out-of-range
+//! value fails the call itself, at the cost of a copy that waits for the device.
+//!
 //! # Where to go next
 //!
 //! - The functions, each with its shapes and, per family, a runnable example:

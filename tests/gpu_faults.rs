@@ -3,11 +3,13 @@
 //! kernels (clamped, reported through the fault word without synchronizing), and a varlen/paged
 //! call that is queued without waiting for the GPU.
 //!
-//! Its own test binary, and one test function: the fault word is process-wide, so the bad calls
-//! here must not run beside the other GPU suites' calls (which would be refused for them).
-//! Without a GPU the test is reported ignored, with the reason (gpu_triton/runner.rs:
-//! `harness = false`, built with the `triton` feature only).
+//! Faults reach only the thread (and stream) whose call had the bad values (issue 35):
+//! attribution.rs runs bad and valid calls side by side. Without a GPU the tests are reported
+//! ignored, with the reason (gpu_triton/runner.rs: `harness = false`, built with the `triton`
+//! feature only).
 
+#[path = "gpu_faults/attribution.rs"]
+mod attribution;
 #[allow(dead_code, unused_imports)] // the offload checks of the main GPU suite are not used here
 #[path = "gpu_triton/check.rs"]
 mod check;
@@ -31,7 +33,12 @@ const SCALE: f32 = 0.088;
 
 /// A `#[test]` function here is never compiled (`harness = false` drops it): a test is listed here.
 fn main() {
-    runner::run(&[("side_tensors_on_the_gpu", side_tensors_on_the_gpu)])
+    runner::run(&[
+        ("side_tensors_on_the_gpu", side_tensors_on_the_gpu),
+        ("bad_calls_are_reported_to_their_own_thread", attribution::bad_calls_are_reported_to_their_own_thread),
+        #[cfg(feature = "candle-cuda")]
+        ("bad_calls_are_reported_to_their_own_stream", attribution::bad_calls_are_reported_to_their_own_stream),
+    ])
 }
 
 fn side_tensors_on_the_gpu() {

@@ -6,12 +6,15 @@ mod common;
 use candle::{DType, Device, Layout, Tensor};
 use flash_attn_rocm::params::{AttnCall, Request, VarLenRequest};
 use flash_attn_rocm::rocm::DeviceBuffers;
+use flash_attn_rocm::triton::targets::DeviceLimits;
 use flash_attn_rocm::triton::{
     fwd_args, merge_args, select, ArgValue, Family, FwdArgs, KernelDtype, KernelImage, Kernels, MergeArgs, Plan, Tile,
 };
 use rand::Rng;
 
 const BUFFERS: DeviceBuffers = common::outcome::FAKE_BUFFERS;
+/// An RX 7900 XTX's (gfx1100) limits: 64 KiB of LDS per workgroup.
+const RDNA3: DeviceLimits = DeviceLimits { max_shared_per_block: 64 * 1024, max_threads_per_block: 1024, host_native_atomics: true };
 
 /// The parameter names of `def <kernel>(...)` in kernels/attention.py, constexprs excluded.
 fn kernel_params(kernel: &str) -> Vec<String> {
@@ -105,7 +108,7 @@ fn selection_picks_tile_head_dim_and_features() {
         let q = zeros(&[1, s_q, h_k * g, d], DType::F16);
         let kv = zeros(&[1, 50, h_k, d], DType::F16);
         let call = AttnCall::new(&batch_request(softcap), [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
-        let k = select(&call, "gfx1100", imgs).unwrap();
+        let k = select(&call, "gfx1100", RDNA3, imgs).unwrap();
         let tile = (d.next_power_of_two().max(32)) as u32;
         assert_eq!(k.fwd.block_d, tile, "d {d}");
         assert_eq!(k.fwd.even_d, d as u32 == tile);
@@ -124,10 +127,10 @@ fn decode_with_extras_takes_the_decode_tile_where_built() {
     let q = zeros(&[2, 1, 8, 128], DType::F16);
     let kv = zeros(&[2, 300, 2, 128], DType::F16);
     let call = AttnCall::new(&batch_request(Some(30.0)), [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
-    let k = select(&call, "gfx1100", images()).unwrap();
+    let k = select(&call, "gfx1100", RDNA3, images()).unwrap();
     assert_eq!((k.fwd.tile, k.fwd.extras), (Tile::Decode, true));
     let without: Vec<KernelImage> = images().iter().filter(|i| !(i.tile == Tile::Decode && i.extras)).cloned().collect();
-    let k = select(&call, "gfx1100", Box::leak(without.into_boxed_slice())).unwrap();
+    let k = select(&call, "gfx1100", RDNA3, Box::leak(without.into_boxed_slice())).unwrap();
     assert_eq!((k.fwd.tile, k.fwd.extras), (Tile::Prefill, true));
 }
 
@@ -135,15 +138,15 @@ fn decode_with_extras_takes_the_decode_tile_where_built() {
 fn what_no_kernel_serves_is_a_clear_error() {
     let q = zeros(&[1, 4, 2, 64], DType::F16);
     let call = AttnCall::new(&batch_request(None), [DType::F16; 3], q.layout(), q.layout(), q.layout()).unwrap();
-    let err = select(&call, "gfx1201", images()).unwrap_err().to_string();
+    let err = select(&call, "gfx1201", RDNA3, images()).unwrap_err().to_string();
     assert!(err.contains("gfx1201") && err.contains("FLASH_ATTN_ROCM_ARCHS") && err.contains("gfx1100"), "{err}");
     let q32 = zeros(&[1, 4, 2, 64], DType::F32);
     let call = AttnCall::new(&batch_request(None), [DType::F32; 3], q32.layout(), q32.layout(), q32.layout()).unwrap();
-    let err = select(&call, "gfx1100", images()).unwrap_err().to_string();
+    let err = select(&call, "gfx1100", RDNA3, images()).unwrap_err().to_string();
     assert!(err.contains("f16 or bf16"), "{err}");
     let big = zeros(&[1, 4, 2, 512], DType::F16);
     let call = AttnCall::new(&batch_request(None), [DType::F16; 3], big.layout(), big.layout(), big.layout()).unwrap();
-    assert!(select(&call, "gfx1100", images()).unwrap_err().to_string().contains("head dim 512"));
+    assert!(select(&call, "gfx1100", RDNA3, images()).unwrap_err().to_string().contains("head dim 512"));
 }
 
 #[test]
@@ -158,7 +161,7 @@ fn batch_arguments_for_strided_layouts() {
         let q = zeros(&[b, h, s_q, d], DType::F16).transpose(1, 2).unwrap();
         let kv = zeros(&[b, s_k + 3, h_k, d], DType::F16).narrow(1, 3, s_k).unwrap();
         let call = AttnCall::new(&batch_request(None), [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
-        let kernels = select(&call, "gfx1100", images()).unwrap();
+        let kernels = select(&call, "gfx1100", RDNA3, images()).unwrap();
         let plan = Plan::new(&call, kernels, 60).unwrap();
         let a = fwd_args(&call, &BUFFERS, &plan).unwrap();
         let rows = s_q * (h / h_k);
@@ -216,7 +219,7 @@ fn paged_arguments_with_any_page_size_and_a_split_decode() {
     let call = AttnCall::new(&req, [DType::BF16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
     let mut images = images().to_vec();
     images.iter_mut().for_each(|i| i.dtype = KernelDtype::Bf16);
-    let kernels = select(&call, "gfx1100", Box::leak(images.into_boxed_slice())).unwrap();
+    let kernels = select(&call, "gfx1100", RDNA3, Box::leak(images.into_boxed_slice())).unwrap();
     assert_eq!((kernels.fwd.tile, kernels.fwd.paged), (Tile::Decode, true));
     // 2 sequences x 2 k/v heads = 4 programs on 60 CUs: the keys are split.
     let plan = Plan::new(&call, kernels, 60).unwrap();
@@ -317,7 +320,7 @@ fn splits_cover_the_keys_of_every_query_block() {
         let q = zeros(&[1, s_q, h_k * g, 64], DType::F16);
         let kv = Layout::contiguous((1, s_k, h_k, 64));
         let call = AttnCall::new(&req, [DType::F16; 3], q.layout(), &kv, &kv).unwrap();
-        let kernels = select(&call, "gfx1100", images()).unwrap();
+        let kernels = select(&call, "gfx1100", RDNA3, images()).unwrap();
         let plan = Plan::new(&call, kernels, rng.gen_range(1..300)).unwrap();
         let (block_m, block_n) = (kernels.fwd.block_m as usize, kernels.fwd.block_n as usize);
         let covered = plan.num_splits * plan.split_len;
@@ -361,18 +364,18 @@ fn unread_varlen_call(total_q: usize, max_seqlen_q: usize, rows_k: usize, max_se
 #[test]
 fn zero_query_rows_launch_nothing_and_split_nothing() {
     let call = unread_varlen_call(0, 1, 5000, 5000);
-    let plan = Plan::new(&call, select(&call, "gfx1100", images()).unwrap(), 60).unwrap();
+    let plan = Plan::new(&call, select(&call, "gfx1100", RDNA3, images()).unwrap(), 60).unwrap();
     assert!(plan.is_empty(), "{plan:?}");
     assert_eq!((plan.num_splits, plan.scratch_lens(&call)), (1, (0, 0)));
     assert_eq!(plan.merge_grid[0], 0);
 }
 
 /// Issue 24, item 5: the merge reads the f32 accumulators as 16-byte vectors; a misaligned one
-/// is refused like misaligned q/k/v, and so is a launch without the fault word.
+/// is refused like misaligned q/k/v, and so is a launch without a fault slot.
 #[test]
-fn misaligned_accumulators_and_a_missing_fault_word_are_refused() {
+fn misaligned_accumulators_and_a_missing_fault_slot_are_refused() {
     let call = unread_varlen_call(3, 2, 5000, 5000);
-    let plan = Plan::new(&call, select(&call, "gfx1100", images()).unwrap(), 60).unwrap();
+    let plan = Plan::new(&call, select(&call, "gfx1100", RDNA3, images()).unwrap(), 60).unwrap();
     assert!(plan.num_splits > 1, "{plan:?}");
     fwd_args(&call, &BUFFERS, &plan).unwrap();
     for buffers in [DeviceBuffers { o_acc: BUFFERS.o_acc + 4, ..BUFFERS }, DeviceBuffers { lse_acc: BUFFERS.lse_acc + 8, ..BUFFERS }] {
@@ -380,14 +383,14 @@ fn misaligned_accumulators_and_a_missing_fault_word_are_refused() {
         assert!(err.contains("16-byte aligned"), "{err}");
     }
     let err = fwd_args(&call, &DeviceBuffers { fault: 0, ..BUFFERS }, &plan).unwrap_err().to_string();
-    assert!(err.contains("fault word"), "{err}");
+    assert!(err.contains("fault slot"), "{err}");
 }
 
 /// Unread seqlens are bounded on the device by the shapes: the rows of k and max_seqlen_k.
 #[test]
 fn unread_varlen_calls_pass_the_bounds_the_kernels_check() {
     let call = unread_varlen_call(12, 9, 777, 600);
-    let plan = Plan::new(&call, select(&call, "gfx1100", images()).unwrap(), 60).unwrap();
+    let plan = Plan::new(&call, select(&call, "gfx1100", RDNA3, images()).unwrap(), 60).unwrap();
     let a = fwd_args(&call, &BUFFERS, &plan).unwrap();
     assert_eq!((a.is_varlen, a.total_rows, a.seqlen_q, a.seqlen_k), (1, 12, 9, 600));
     assert_eq!((a.kv_rows, a.kv_len_cap, a.num_blocks, a.fault), (777, 600, 0, BUFFERS.fault as u64));
@@ -399,7 +402,7 @@ fn misaligned_views_and_missing_lse_are_refused() {
     let q = zeros(&[1, 65, 2, 64], DType::F16).flatten_all().unwrap().narrow(0, 1, 64 * 2 * 64).unwrap();
     let q = q.reshape((1, 64, 2, 64)).unwrap();
     let call = AttnCall::new(&batch_request(None), [DType::F16; 3], q.layout(), q.layout(), q.layout()).unwrap();
-    let plan = Plan::new(&call, select(&call, "gfx1100", images()).unwrap(), 60).unwrap();
+    let plan = Plan::new(&call, select(&call, "gfx1100", RDNA3, images()).unwrap(), 60).unwrap();
     let err = fwd_args(&call, &BUFFERS, &plan).unwrap_err().to_string();
     assert!(err.contains("16-byte") && err.contains("contiguous"), "{err}");
     let q = zeros(&[1, 64, 2, 64], DType::F16);

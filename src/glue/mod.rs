@@ -14,7 +14,8 @@ pub(crate) mod candle_cuda;
 pub(crate) mod candle_rocm;
 mod scratch;
 
-use crate::gpu::{with_device, Driver};
+use crate::gpu::{with_device, Api, Driver};
+use crate::triton::DeviceInfo;
 use crate::params::{AttnCall, Request};
 use crate::rocm::dispatch::{choose, KernelChoice, KernelFamily};
 use crate::rocm::{lse_buffer_required, DeviceBuffers};
@@ -131,19 +132,39 @@ pub struct Inputs<'a> {
 /// `(total_q, h, d)`, contiguous), the f32 log-sum-exp laid out as [`AttnCall::lse_dims`] when
 /// `want_lse`, and the validated call. Everything is queued on the device's stream; nothing
 /// waits for the GPU. Side tensors are checked by shape here and by the kernels for their
-/// values; out-of-range values found by an earlier call fail this one.
+/// values, which report out-of-range ones to this thread: its next call on the same stream
+/// fails (see the crate's [errors](crate#errors) and [`crate::take_gpu_faults`]). On a device
+/// whose atomics on host memory the bus may drop ([`reports_faults_to_the_host`]), the values
+/// are read and checked on the host first instead, as [`AttnCall::new`] does.
 pub fn forward<D: GpuDevice>(
     device: &D,
     req: &Request<'_>,
     inputs: &Inputs<'_>,
     want_lse: bool,
 ) -> Result<(D::Buffer, Option<D::Buffer>, AttnCall)> {
-    let call = AttnCall::on_device(req, inputs.dtypes, inputs.q.1, inputs.k.1, inputs.v.1)?;
+    let on_device = AttnCall::on_device(req, inputs.dtypes, inputs.q.1, inputs.k.1, inputs.v.1)?;
     let driver = device.driver()?;
     // The device's API keeps a current device per thread: make this one current for the
     // queries and launches, and give the caller's thread its own back afterwards.
-    let (out, lse) = with_device(driver, device.ordinal(), || queue(device, driver, req, &call, inputs, want_lse))?;
-    Ok((out, lse, call))
+    with_device(driver, device.ordinal(), || {
+        let (_, info) = crate::triton::current_device(driver)?;
+        let call = match on_device.seqs.unread() {
+            Some(_) if !reports_faults_to_the_host(driver, &info) => {
+                AttnCall::new(req, inputs.dtypes, inputs.q.1, inputs.k.1, inputs.v.1)?
+            }
+            _ => on_device,
+        };
+        let (out, lse) = queue(device, driver, &info, req, &call, inputs, want_lse)?;
+        Ok((out, lse, call))
+    })
+}
+
+/// Whether the kernels' fault bits reach the host's fault slots on this device. HIP requires
+/// PCIe atomics (host-native atomics) for device atomics on host memory: without them an
+/// `atomic_or` may be dropped. CUDA performs such atomics without them, only not atomically with
+/// respect to the host, which the host's swap tolerates (a bit may be read twice, never lost).
+pub fn reports_faults_to_the_host(driver: &Driver, info: &DeviceInfo) -> bool {
+    info.limits.host_native_atomics || driver.api() == Api::Cuda
 }
 
 /// The build's kernels as [`choose`] weighs them: CK where this build has it, and the
@@ -160,18 +181,20 @@ fn built() -> crate::rocm::dispatch::Built<'static> {
 fn queue<D: GpuDevice>(
     device: &D,
     driver: &'static Driver,
+    info: &DeviceInfo,
     req: &Request<'_>,
     call: &AttnCall,
     inputs: &Inputs<'_>,
     want_lse: bool,
 ) -> Result<(D::Buffer, Option<D::Buffer>)> {
-    let (_, info) = crate::triton::current_device(driver)?;
-    let family = choose(call, &info.arch, KernelChoice::from_env()?, &built())?;
+    let family = choose(call, &info.arch, info.limits, KernelChoice::from_env()?, &built())?;
     // Both families read the seqlens and block table where they lie and check them there (CK:
-    // the guard kernel; Triton: the kernels themselves). Out-of-range values found by an
-    // earlier call of either family fail this one, without synchronizing.
-    crate::rocm::take_side_tensor_errors()?;
-    crate::triton::take_faults(driver)?;
+    // the guard kernel; Triton: the kernels themselves), reporting to this thread's fault slot
+    // for the stream. Out-of-range values found in this thread's earlier call on this stream
+    // fail this one, without synchronizing; other threads' and streams' calls are not seen.
+    let stream = device.stream();
+    crate::rocm::faults_to_result(driver.take_stream_faults(stream))?;
+    let fault = driver.fault_slot(stream)?.device_addr();
     // Rows of sequences are written by the kernels; rows past the last sequence get what the
     // CPU backend returns (output 0, LSE -inf). CK is not launched for a call without keys
     // (flash-attention's CK backend skips seqlen_k == 0), so its rows are prefilled too. With
@@ -192,9 +215,11 @@ fn queue<D: GpuDevice>(
     let lse_buffer = want_lse || matches!(family, KernelFamily::Triton(_)) || lse_buffer_required(call);
     let mut lse = lse_buffer.then(|| device.alloc(DType::F32, lse_len, false)).transpose()?;
     let mut scratch = if launched { Scratch::plan(device, call, family, info.units)? } else { Scratch::none() };
-    let side = side_tensors(req, call);
+    // The kernels read a block-table row as consecutive ids; the CPU backend takes any strides,
+    // so a table whose last dim is strided is copied (on its device) rather than refused.
+    let table = req.varlen.and_then(|v| v.block_table).map(|t| if unit_row_stride(t.layout()) { Ok(t.clone()) } else { t.contiguous() }).transpose()?;
+    let side = side_tensors(req, call, table.as_ref());
     let mut buffers: Vec<&mut D::Buffer> = std::iter::once(&mut out).chain(lse.as_mut()).chain(scratch.buffers.iter_mut()).collect();
-    let stream = device.stream();
     device.with_addresses(&side, &mut buffers, |side_addrs, addrs| {
         let lse_addr = if lse_buffer { addrs[1] } else { 0 };
         if prefill && lse_addr != 0 {
@@ -212,6 +237,7 @@ fn queue<D: GpuDevice>(
             out: addrs[0],
             lse: lse_addr,
             stream,
+            fault,
             ..DeviceBuffers::default()
         };
         attach_side_tensors(req, call, side_addrs, &mut buffers)?;
@@ -223,16 +249,22 @@ fn queue<D: GpuDevice>(
 }
 
 /// The request's side tensors the kernels read in place, in the order
-/// [`attach_side_tensors`] takes their addresses.
-fn side_tensors<'a>(req: &Request<'a>, call: &'a AttnCall) -> Vec<&'a Tensor> {
+/// [`attach_side_tensors`] takes their addresses; `table` is the request's block table with a
+/// contiguous last dim.
+fn side_tensors<'a>(req: &Request<'a>, call: &'a AttnCall, table: Option<&'a Tensor>) -> Vec<&'a Tensor> {
     let mut side = Vec::new();
     side.extend(call.alibi.as_ref().map(|a| &a.slopes));
     side.extend(call.mm_prefix.as_ref().map(|m| &m.ranges));
     if let Some(varlen) = req.varlen {
         side.extend([varlen.seqlens_q, varlen.seqlens_k]);
-        side.extend(varlen.block_table);
+        side.extend(table);
     }
     side
+}
+
+/// Whether the ids of a block-table row (a `(b, max_blocks)` layout) are consecutive elements.
+fn unit_row_stride(layout: &Layout) -> bool {
+    layout.dims()[1] <= 1 || layout.stride()[1] == 1
 }
 
 /// Points `buffers` at the side tensors (addresses of [`side_tensors`]' list): the ALiBi slopes
@@ -261,10 +293,13 @@ fn attach_side_tensors(
     buffers.seqstart_k = next().0;
     if varlen.block_table.is_some() {
         let (addr, layout) = next();
-        if layout.stride()[1] != 1 {
+        if !unit_row_stride(layout) {
             candle::bail!("flash-attn-rocm: block_table's last dim must be contiguous")
         }
         (buffers.block_table, buffers.block_table_row_stride) = (*addr, layout.stride()[0]);
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

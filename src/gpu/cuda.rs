@@ -9,7 +9,8 @@ use std::sync::{Mutex, PoisonError};
 use super::library::{self, Candidates, DriverLibrary};
 use super::loader::driver_functions;
 use super::{
-    call, text_or_unknown, Api, Backend, GpuResult, Handle, MappedHostMemory, SharedCalls,
+    call, device_limits_from_attributes, text_or_unknown, Api, Backend, DeviceLimits, GpuResult,
+    Handle, MappedHostMemory, SharedCalls,
 };
 
 /// Where the CUDA driver is looked for: the one already loaded (by the CUDA runtime or the
@@ -28,6 +29,9 @@ const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: i32 = 16;
 const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: i32 = 75;
 const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: i32 = 76;
 const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
+const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: i32 = 1;
+const CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED: i32 = 86;
+const CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: i32 = 97;
 /// `CU_MEMHOSTALLOC_PORTABLE`: the allocation belongs to every context.
 const CU_MEMHOSTALLOC_PORTABLE: u32 = 0x01;
 /// `CU_MEMHOSTALLOC_DEVICEMAP`: mapped into the devices' address space.
@@ -216,6 +220,16 @@ impl Backend for Cuda {
         Ok(sm_name(major, minor))
     }
 
+    fn device_limits(&self, ordinal: i32) -> GpuResult<DeviceLimits> {
+        let shared = self.attribute(
+            CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            ordinal,
+        )?;
+        let threads = self.attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, ordinal)?;
+        let atomics = self.attribute(CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED, ordinal)?;
+        device_limits_from_attributes(Api::Cuda, "cuDeviceGetAttribute", shared, threads, atomics)
+    }
+
     fn allow_shared(&self, function: Handle, bytes: u32) -> GpuResult<()> {
         if bytes <= DEFAULT_DYNAMIC_SHARED_LIMIT {
             return Ok(());
@@ -263,12 +277,25 @@ impl Backend for Cuda {
     /// A thread with no current context starts on device 0 (its primary context), as a HIP
     /// thread does; any other status of `cuCtxGetDevice` is an error.
     fn current_device(&self) -> GpuResult<i32> {
+        match self.current_device_if_any()? {
+            Some(ordinal) => Ok(ordinal),
+            None => self.set_device(0).map(|()| 0),
+        }
+    }
+
+    fn current_device_if_any(&self) -> GpuResult<Option<i32>> {
         let mut ordinal = 0;
         // SAFETY: `ordinal` is a writable int.
         match unsafe { (self.functions.cuCtxGetDevice)(&mut ordinal) } {
-            CUDA_ERROR_INVALID_CONTEXT => self.set_device(0).map(|()| 0),
-            status => self.check("cuCtxGetDevice", status).map(|()| ordinal),
+            CUDA_ERROR_INVALID_CONTEXT => Ok(None),
+            status => self.check("cuCtxGetDevice", status).map(|()| Some(ordinal)),
         }
+    }
+
+    fn clear_current_device(&self) -> GpuResult<()> {
+        // SAFETY: a null context unbinds the thread's current context (the primary contexts
+        // stay retained).
+        self.check("cuCtxSetCurrent", unsafe { (self.functions.cuCtxSetCurrent)(std::ptr::null_mut()) })
     }
 
     unsafe fn copy_to_host(&self, dst: &mut [u8], src: usize) -> GpuResult<()> {

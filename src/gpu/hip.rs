@@ -7,6 +7,9 @@
 //! 2024, c5e11fc). [`HIP_HEADER_CHECK`] asserts them against a header. The physical
 //! multiprocessor count attribute and the host allocation flags are the values of ROCm's
 //! `hip_runtime_api.h` (HIP 6.x and the 7.x headers of ROCm/rocm-systems), added to the check.
+//! The device limit attributes (threads 56, shared memory 74, host-native atomics 15) were
+//! printed by a C program compiled against `hipDeviceAttribute_t` of ROCm/HIP at rocm-6.0.0,
+//! rocm-6.2.2 and c5e11fc, and of HIP 7.1.25424 (the headers triton 3.6 ships).
 
 use std::ffi::{c_char, c_void};
 
@@ -14,8 +17,8 @@ use super::compute_units::{compute_units, wgp_mode_from_environment};
 use super::library::{self, Candidates, DriverLibrary};
 use super::loader::{driver_functions, first_symbol};
 use super::{
-    call, text_or_unknown, Api, Backend, Call, GpuError, GpuResult, Handle, MappedHostMemory,
-    SharedCalls,
+    call, device_limits_from_attributes, text_or_unknown, Api, Backend, Call, DeviceLimits,
+    GpuError, GpuResult, Handle, MappedHostMemory, SharedCalls,
 };
 
 /// Where the HIP runtime is looked for. The versioned sonames are what a program linked against
@@ -48,6 +51,14 @@ const HIP_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: i32 = 63;
 /// `hipDeviceAttributePhysicalMultiProcessorCount`, in the AMD-specific block of
 /// `hipDeviceAttribute_t` that starts at 10000.
 const HIP_DEVICE_ATTRIBUTE_PHYSICAL_MULTIPROCESSOR_COUNT: i32 = 10015;
+/// `hipDeviceAttributeMaxThreadsPerBlock`.
+const HIP_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: i32 = 56;
+/// `hipDeviceAttributeMaxSharedMemoryPerBlock`: the LDS of a workgroup, which ROCm's clr reports
+/// in every HIP 6/7 (`sharedMemPerBlock`). Not `hipDeviceAttributeSharedMemPerBlockOptin` (75):
+/// the header marks it CUDA only, and some clr releases answer 0 for it.
+const HIP_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: i32 = 74;
+/// `hipDeviceAttributeHostNativeAtomicSupported`.
+const HIP_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED: i32 = 15;
 /// Byte offset of `char gcnArchName[256]` in `hipDeviceProp_tR0600` on x86-64.
 pub const HIP_GCN_ARCH_NAME_OFFSET: usize = 1160;
 /// `sizeof(hipDeviceProp_tR0600)` on x86-64.
@@ -70,6 +81,9 @@ _Static_assert(sizeof(((hipDeviceProp_tR0600 *)0)->gcnArchName) == 256, \"gcnArc
 _Static_assert(sizeof(hipDeviceProp_tR0600) == 1472, \"hipDeviceProp_tR0600 size\");
 _Static_assert(hipDeviceAttributeMultiprocessorCount == 63, \"multiprocessor count attribute\");
 _Static_assert(hipDeviceAttributePhysicalMultiProcessorCount == 10015, \"physical count attribute\");
+_Static_assert(hipDeviceAttributeMaxThreadsPerBlock == 56, \"max threads per block attribute\");
+_Static_assert(hipDeviceAttributeMaxSharedMemoryPerBlock == 74, \"max shared memory per block attribute\");
+_Static_assert(hipDeviceAttributeHostNativeAtomicSupported == 15, \"host native atomics attribute\");
 _Static_assert(hipErrorNoDevice == 100, \"hipErrorNoDevice\");
 _Static_assert(hipHostMallocPortable == 0x1, \"hipHostMallocPortable\");
 _Static_assert(hipHostMallocMapped == 0x2, \"hipHostMallocMapped\");
@@ -238,6 +252,13 @@ impl Backend for Hip {
         Ok(target)
     }
 
+    fn device_limits(&self, ordinal: i32) -> GpuResult<DeviceLimits> {
+        let shared = self.attribute(HIP_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, ordinal)?;
+        let threads = self.attribute(HIP_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, ordinal)?;
+        let atomics = self.attribute(HIP_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED, ordinal)?;
+        device_limits_from_attributes(Api::Hip, "hipDeviceGetAttribute", shared, threads, atomics)
+    }
+
     fn allow_shared(&self, _function: Handle, _bytes: u32) -> GpuResult<()> {
         // hipModuleLaunchKernel checks the dynamic LDS size against the device's LDS alone, never
         // against a per-kernel limit; and hipFuncSetAttribute looks its argument up among the
@@ -331,12 +352,21 @@ mod tests {
         let physical = format!(
             "PhysicalMultiProcessorCount == {HIP_DEVICE_ATTRIBUTE_PHYSICAL_MULTIPROCESSOR_COUNT},"
         );
+        let threads =
+            format!("MaxThreadsPerBlock == {HIP_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK},");
+        let shared = format!(
+            "MaxSharedMemoryPerBlock == {HIP_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK},"
+        );
+        let atomics = format!(
+            "HostNativeAtomicSupported == {HIP_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED},"
+        );
         let no_device = format!("hipErrorNoDevice == {HIP_ERROR_NO_DEVICE},");
         let portable = format!("hipHostMallocPortable == {HIP_HOST_MALLOC_PORTABLE:#x},");
         let mapped = format!("hipHostMallocMapped == {HIP_HOST_MALLOC_MAPPED:#x},");
         let coherent = format!("hipHostMallocCoherent == {HIP_HOST_MALLOC_COHERENT:#x},");
         for needle in [
-            offset, size, attribute, physical, no_device, portable, mapped, coherent,
+            offset, size, attribute, physical, threads, shared, atomics, no_device, portable,
+            mapped, coherent,
         ] {
             assert!(HIP_HEADER_CHECK.contains(&needle), "{needle}");
         }

@@ -16,7 +16,7 @@ mod cuda;
 #[cfg(feature = "amd-emulator")]
 pub mod emulator;
 mod error;
-mod fault_word;
+mod fault_slots;
 mod hip;
 mod library;
 mod loader;
@@ -24,12 +24,13 @@ mod module;
 mod scope;
 
 use std::ffi::{c_char, c_void};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 pub use buffer::DeviceBuffer;
 pub use error::{Api, GpuError, GpuResult, NOT_A_DRIVER_STATUS};
-pub use fault_word::FaultWord;
+pub use fault_slots::FaultSlot;
 pub use hip::{HIP_DEVICE_PROP_R0600_SIZE, HIP_GCN_ARCH_NAME_OFFSET, HIP_HEADER_CHECK};
+pub use crate::triton::targets::DeviceLimits;
 pub use module::{Function, Module};
 pub use scope::with_device;
 
@@ -101,6 +102,8 @@ trait Backend: Send + Sync {
     fn device_count(&self) -> GpuResult<i32>;
     fn multiprocessor_count(&self, ordinal: i32) -> GpuResult<i32>;
     fn arch_name(&self, ordinal: i32) -> GpuResult<String>;
+    /// What device `ordinal` allows one block ([`Driver::device_limits`]).
+    fn device_limits(&self, ordinal: i32) -> GpuResult<DeviceLimits>;
     fn allow_shared(&self, function: Handle, bytes: u32) -> GpuResult<()>;
     /// Allocates `bytes` (> 0) on the current device; returns the device address.
     fn malloc(&self, bytes: usize) -> GpuResult<usize>;
@@ -113,7 +116,8 @@ trait Backend: Send + Sync {
     unsafe fn copy_to_host(&self, dst: &mut [u8], src: usize) -> GpuResult<()>;
     /// Allocates `bytes` (> 0) of page-locked host memory that is mapped into the address space
     /// of every device (portable) and coherent (device writes reach the host without a copy or
-    /// a synchronization). Never freed: its one user lives as long as the process.
+    /// a synchronization). Never freed: the fault slots in it are reused for the life of the
+    /// process.
     fn alloc_mapped_host(&self, bytes: usize) -> GpuResult<MappedHostMemory>;
     /// Queues on `stream` the write of `value` to `count` u32 words at `addr`.
     /// # Safety
@@ -128,6 +132,18 @@ trait Backend: Send + Sync {
         // SAFETY: `ordinal` is a writable int.
         self.check(name, unsafe { function(&mut ordinal) })?;
         Ok(ordinal)
+    }
+
+    /// This thread's current device, or `None` where the API has a state without one and the
+    /// thread is in it (CUDA: no current context), without leaving that state.
+    fn current_device_if_any(&self) -> GpuResult<Option<i32>> {
+        self.current_device().map(Some)
+    }
+
+    /// Returns the thread to the state without a current device (CUDA: unbinds its context).
+    /// HIP has no such state: a thread always has a current device, so nothing changes.
+    fn clear_current_device(&self) -> GpuResult<()> {
+        Ok(())
     }
 
     /// Waits for all work on the current device. A method, not only a shared call, so that the
@@ -166,13 +182,14 @@ fn synchronize_through_shared_call<B: Backend + ?Sized>(backend: &B) -> GpuResul
 /// library and every function pointer taken from it stay valid for the whole process.
 pub struct Driver {
     backend: Box<dyn Backend>,
-    /// Allocated by the first [`Driver::fault_word`] that succeeds.
-    fault_word: OnceLock<FaultWord>,
-    /// Held while allocating `fault_word`, so that two first calls allocate one word. A failed
-    /// allocation is not cached: CUDA fails on a thread without a current context, and a later
-    /// call on another thread may succeed.
-    fault_word_allocation: Mutex<()>,
+    /// The fault slots of the threads that launch ([`Driver::fault_slot`]); shared with the
+    /// threads' records of the slots they hold, which give them back when a thread ends.
+    fault_slots: Arc<fault_slots::SlotPool>,
 }
+
+/// The process-wide drivers, opened on first use.
+static HIP: OnceLock<GpuResult<Driver>> = OnceLock::new();
+static CUDA: OnceLock<GpuResult<Driver>> = OnceLock::new();
 
 /// Returns the driver cached in `cell`, opening it on first use; a failure is cached too (the
 /// library does not appear later in a running process).
@@ -188,8 +205,7 @@ impl Driver {
     fn new(backend: Box<dyn Backend>) -> Driver {
         Driver {
             backend,
-            fault_word: OnceLock::new(),
-            fault_word_allocation: Mutex::new(()),
+            fault_slots: Arc::default(),
         }
     }
 
@@ -198,7 +214,6 @@ impl Driver {
     /// `libamdhip64.so`, `.so.7`, `.so.6`, loaded here. Decided once per process, on first use;
     /// an `Err` with every dlopen error when absent. [`Driver::library`] says which file it is.
     pub fn hip() -> GpuResult<&'static Driver> {
-        static HIP: OnceLock<GpuResult<Driver>> = OnceLock::new();
         cached(&HIP, hip::open)
     }
 
@@ -207,8 +222,12 @@ impl Driver {
     /// when absent or when `cuInit` fails (except for "no device", which
     /// [`Driver::device_count`] reports as 0 devices).
     pub fn cuda() -> GpuResult<&'static Driver> {
-        static CUDA: OnceLock<GpuResult<Driver>> = OnceLock::new();
         cached(&CUDA, cuda::open)
+    }
+
+    /// The drivers this process has opened so far ([`Driver::hip`], [`Driver::cuda`]); opens none.
+    pub fn opened() -> impl Iterator<Item = &'static Driver> {
+        [&HIP, &CUDA].into_iter().filter_map(|cell| cell.get()?.as_ref().ok())
     }
 
     /// Which API this driver speaks.
@@ -235,6 +254,18 @@ impl Driver {
     /// device 0 (so that calls from fresh threads, e.g. a thread pool's, behave alike).
     pub fn current_device(&self) -> GpuResult<i32> {
         self.backend.current_device()
+    }
+
+    /// This thread's current device, or `None` for a CUDA thread with no current context, which
+    /// this leaves without one (no context is created or made current).
+    pub fn current_device_if_any(&self) -> GpuResult<Option<i32>> {
+        self.backend.current_device_if_any()
+    }
+
+    /// Gives a thread for which [`Driver::current_device_if_any`] was `None` that state back
+    /// (CUDA: no current context); nothing on HIP, where a thread always has a current device.
+    pub fn clear_current_device(&self) -> GpuResult<()> {
+        self.backend.clear_current_device()
     }
 
     /// Queues on `stream` (a `hipStream_t` / `CUstream`; 0 is the null stream) the write of
@@ -281,11 +312,44 @@ impl Driver {
         self.backend.arch_name(ordinal)
     }
 
+    /// What device `ordinal` allows one block of a launch, and whether its link to the host
+    /// has native atomics:
+    /// - NVIDIA: the shared memory a kernel may opt into
+    ///   (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`), which the launcher opts
+    ///   into for each kernel that needs more than the default 48 KiB.
+    /// - AMD: the LDS of a workgroup (`hipDeviceAttributeMaxSharedMemoryPerBlock`);
+    ///   `hipDeviceAttributeSharedMemPerBlockOptin` is CUDA's notion, 0 in some ROCm releases.
+    pub fn device_limits(&self, ordinal: i32) -> GpuResult<DeviceLimits> {
+        self.backend.device_limits(ordinal)
+    }
+
     /// Waits for all work on the current device; errors of earlier asynchronous launches surface
     /// here (`hipDeviceSynchronize` / `cuCtxSynchronize`).
     pub fn synchronize(&self) -> GpuResult<()> {
         self.backend.synchronize()
     }
+}
+
+/// [`DeviceLimits`] from the driver's attribute values (ints in both APIs); a negative size is
+/// an error naming `call`.
+fn device_limits_from_attributes(
+    api: Api,
+    call: &'static str,
+    max_shared_per_block: i32,
+    max_threads_per_block: i32,
+    host_native_atomics: i32,
+) -> GpuResult<DeviceLimits> {
+    let size = |what: &str, value: i32| {
+        u32::try_from(value).map_err(|_| {
+            let message = format!("the driver reported {value} for {what}");
+            GpuError::local(api, call, message)
+        })
+    };
+    Ok(DeviceLimits {
+        max_shared_per_block: size("the shared memory per block", max_shared_per_block)?,
+        max_threads_per_block: size("the threads per block", max_threads_per_block)?,
+        host_native_atomics: host_native_atomics != 0,
+    })
 }
 
 /// Converts a driver's C string, or names a status the driver did not describe.

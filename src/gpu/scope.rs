@@ -5,20 +5,24 @@
 use super::{Driver, GpuResult};
 
 /// Runs `work` with device `ordinal` current on this thread and makes the thread's previous
-/// device current again afterwards, on success and on error alike. The error of `work` wins
-/// over one of the restoring call.
+/// device current again afterwards, on success and on error alike; a CUDA thread that had no
+/// current context has none again, and no other device's context is created or touched. The
+/// error of `work` wins over one of the restoring call.
 pub fn with_device<R, E: From<super::GpuError>>(
     driver: &Driver,
     ordinal: i32,
     work: impl FnOnce() -> Result<R, E>,
 ) -> Result<R, E> {
-    let previous = driver.current_device()?;
-    if previous == ordinal {
+    let previous = driver.current_device_if_any()?;
+    if previous == Some(ordinal) {
         return work();
     }
     driver.set_device(ordinal)?;
     let result = work();
-    let restored: GpuResult<()> = driver.set_device(previous);
+    let restored: GpuResult<()> = match previous {
+        Some(previous) => driver.set_device(previous),
+        None => driver.clear_current_device(),
+    };
     let value = result?;
     restored?;
     Ok(value)
@@ -27,7 +31,7 @@ pub fn with_device<R, E: From<super::GpuError>>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::tests::mock::mock_driver;
+    use crate::gpu::tests::mock::{mock_driver, mock_thread_without_device};
 
     /// Issue 24, item 7: the glue made q's device current and left it so. The caller's device
     /// comes back after the work, whether it succeeds or fails, and a failing restore is
@@ -52,5 +56,25 @@ mod tests {
         .unwrap_err();
         assert!(!ran && err.to_string().contains("mockSetDevice"), "{err}");
         assert_eq!(driver.current_device().unwrap(), 2);
+    }
+
+    /// Issue 35: a CUDA thread without a context that called on device 1 first made device 0's
+    /// primary context current (retaining it) to learn the device to restore. Only device 1 is
+    /// made current, and the thread has no current device again afterwards.
+    #[test]
+    fn a_thread_without_a_device_touches_only_the_one_it_calls_on() {
+        let (driver, state) = mock_driver();
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    mock_thread_without_device();
+                    let seen = with_device(&driver, 1, || driver.current_device().map_err(candle::Error::from)).unwrap();
+                    assert_eq!(seen, 1);
+                    assert_eq!(driver.current_device_if_any().unwrap(), None, "the thread has no device again");
+                })
+                .join()
+                .unwrap()
+        });
+        assert_eq!(*state.devices_made_current.lock().unwrap(), [1]);
     }
 }

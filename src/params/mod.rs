@@ -154,7 +154,11 @@ impl AttnCall {
     /// As [`AttnCall::new`], but the varlen seqlens and block table are checked by shape only
     /// and left unread (`seqs.unread()` is `Some`): no device-to-host copy. Whoever launches
     /// the call must then keep out-of-range values from reaching a kernel (the ROCm CK path
-    /// does so on the device: `rocm::guard`).
+    /// does so on the device: `rocm::guard`; the Triton kernels check them themselves).
+    ///
+    /// Except with `max_seqlen_q == 0`: no kernel runs for such a call, so none could find a
+    /// sequence with query rows (which `max_seqlen_q` forbids); its values are read and checked
+    /// as [`AttnCall::new`] does, and the call is refused or accepted as on the CPU.
     pub fn on_device(
         req: &Request<'_>,
         dtypes: [DType; 3],
@@ -195,7 +199,7 @@ impl AttnCall {
                 (seqs, shapes.seqlen_q, shapes.seqlen_k)
             }
             Some(varlen) => {
-                let seqs = if read_values {
+                let seqs = if read_values || varlen.max_seqlen_q == 0 {
                     Sequences::from_varlen(varlen, &shapes, k)?
                 } else {
                     Sequences::from_varlen_unread(varlen, &shapes, k)?

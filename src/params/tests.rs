@@ -92,3 +92,43 @@ fn varlen_sequences_and_offsets() {
     assert_eq!(call.lse_index(2, 1, 3), 9 + 4 + 3);
     assert_eq!(call.window, Window { left: 6, right: 0 });
 }
+
+/// Issue 35: with `max_seqlen_q = 0` no kernel runs, so a GPU call that left its seqlens on the
+/// device returned zeros for sequences with query rows, where the CPU backend refuses the call.
+/// Both constructors now refuse it alike, and accept it alike when no sequence has query rows.
+#[test]
+fn max_seqlen_q_zero_is_checked_on_the_host_for_the_device_too() {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    for _ in 0..20 {
+        let batch = rng.gen_range(1..5);
+        let lens_q: Vec<u32> = (0..batch).map(|_| rng.gen_range(0..3)).collect();
+        let lens_k: Vec<u32> = (0..batch).map(|_| rng.gen_range(0..9)).collect();
+        let cumulative = |lens: &[u32]| std::iter::once(0).chain(lens.iter().scan(0, |total, len| { *total += len; Some(*total) })).collect::<Vec<u32>>();
+        let (cu_q, cu_k) = (cumulative(&lens_q), cumulative(&lens_k));
+        let q = zeros(&[*cu_q.last().unwrap() as usize, 2, 8]);
+        let k = zeros(&[*cu_k.last().unwrap() as usize, 1, 8]);
+        let (cu_q, cu_k) = (Tensor::new(cu_q.as_slice(), &Device::Cpu).unwrap(), Tensor::new(cu_k.as_slice(), &Device::Cpu).unwrap());
+        let varlen = VarLenRequest {
+            seqlens_q: &cu_q,
+            seqlens_k: &cu_k,
+            max_seqlen_q: 0,
+            max_seqlen_k: 8,
+            block_table: None,
+            page_block_size: None,
+            mm_prefix_ranges: None,
+        };
+        let req = request(Some(varlen));
+        let dtypes = [candle::DType::F16; 3];
+        let on_host = AttnCall::new(&req, dtypes, q.layout(), k.layout(), k.layout());
+        let on_device = AttnCall::on_device(&req, dtypes, q.layout(), k.layout(), k.layout());
+        let rows = lens_q.iter().any(|&l| l > 0);
+        assert_eq!(on_host.is_err(), rows, "query lengths {lens_q:?}: {:?}", on_host.as_ref().err());
+        match (on_host, on_device) {
+            // The first line: the message (a backtrace may follow).
+            (Err(host), Err(device)) => assert_eq!(host.to_string().lines().next(), device.to_string().lines().next()),
+            (Ok(host), Ok(device)) => assert_eq!(host.seqs.iter().collect::<Vec<_>>(), device.seqs.iter().collect::<Vec<_>>()),
+            (host, device) => panic!("query lengths {lens_q:?}: the host says {:?}, the device path {:?}", host.err(), device.err()),
+        }
+    }
+}

@@ -5,6 +5,7 @@
 use super::marshal::check_supported;
 use super::splitkv::splitkv_tile;
 use crate::params::{AttnCall, Mode};
+use crate::triton::targets::DeviceLimits;
 use crate::triton::{select, KernelImage, Kernels};
 use candle::Result;
 
@@ -88,9 +89,16 @@ impl Built<'_> {
     }
 }
 
-/// The kernel family for `call` on `arch` under `choice`, or an `Err` saying why neither serves.
-pub fn choose(call: &AttnCall, arch: &str, choice: KernelChoice, built: &Built) -> Result<KernelFamily> {
-    let triton = || select(call, arch, built.triton).map(KernelFamily::Triton);
+/// The kernel family for `call` on `arch` (a device with `limits`) under `choice`, or an `Err`
+/// saying why neither serves.
+pub fn choose(
+    call: &AttnCall,
+    arch: &str,
+    limits: DeviceLimits,
+    choice: KernelChoice,
+    built: &Built,
+) -> Result<KernelFamily> {
+    let triton = || select(call, arch, limits, built.triton).map(KernelFamily::Triton);
     match (choice, built.ck_refusal(call, arch)) {
         (KernelChoice::Triton, _) => triton(),
         (KernelChoice::Ck | KernelChoice::Auto, None) => Ok(KernelFamily::Ck),
@@ -110,6 +118,10 @@ mod tests {
     use crate::params::{AttnCall, Request};
     use crate::triton::{Family, KernelDtype, Tile};
     use candle::{DType, Device, Tensor};
+
+    /// The LDS of a workgroup on the AMD GPUs the tests name (gfx942, gfx1100, gfx1201).
+    const LDS_64_KIB: DeviceLimits =
+        DeviceLimits { max_shared_per_block: 64 * 1024, max_threads_per_block: 1024, host_native_atomics: true };
 
     fn images(target: &'static str) -> &'static [KernelImage] {
         let image = |family, tile, block_d, even_d| KernelImage {
@@ -149,25 +161,25 @@ mod tests {
     #[test]
     fn auto_prefers_ck_and_falls_back_to_triton() {
         let built = Built { ck_archs: "gfx942", ck_hdims: "64,128", ck_splitkv_hdims: "64,128", triton: images("gfx942") };
-        assert!(matches!(choose(&call(128), "gfx942", KernelChoice::Auto, &built).unwrap(), KernelFamily::Ck));
-        assert!(matches!(choose(&call(40), "gfx942", KernelChoice::Auto, &built).unwrap(), KernelFamily::Ck));
+        assert!(matches!(choose(&call(128), "gfx942", LDS_64_KIB, KernelChoice::Auto, &built).unwrap(), KernelFamily::Ck));
+        assert!(matches!(choose(&call(40), "gfx942", LDS_64_KIB, KernelChoice::Auto, &built).unwrap(), KernelFamily::Ck));
         // Head dim 256: no CK tile built; Triton serves it.
-        let KernelFamily::Triton(k) = choose(&call(256), "gfx942", KernelChoice::Auto, &built).unwrap() else {
+        let KernelFamily::Triton(k) = choose(&call(256), "gfx942", LDS_64_KIB, KernelChoice::Auto, &built).unwrap() else {
             panic!("head dim 256 should go to Triton")
         };
         assert_eq!(k.fwd.block_d, 256);
         let rdna = Built { ck_archs: "gfx942", ck_hdims: "64,128", ck_splitkv_hdims: "64,128", triton: images("gfx1100") };
-        assert!(matches!(choose(&call(128), "gfx1100", KernelChoice::Auto, &rdna).unwrap(), KernelFamily::Triton(_)));
+        assert!(matches!(choose(&call(128), "gfx1100", LDS_64_KIB, KernelChoice::Auto, &rdna).unwrap(), KernelFamily::Triton(_)));
     }
 
     #[test]
     fn forced_choices_and_refusals_say_why() {
         let built = Built { ck_archs: "gfx942", ck_hdims: "64,128", ck_splitkv_hdims: "64,128", triton: images("gfx942") };
-        assert!(matches!(choose(&call(64), "gfx942", KernelChoice::Triton, &built).unwrap(), KernelFamily::Triton(_)));
-        let err = choose(&call(256), "gfx942", KernelChoice::Ck, &built).unwrap_err().to_string();
+        assert!(matches!(choose(&call(64), "gfx942", LDS_64_KIB, KernelChoice::Triton, &built).unwrap(), KernelFamily::Triton(_)));
+        let err = choose(&call(256), "gfx942", LDS_64_KIB, KernelChoice::Ck, &built).unwrap_err().to_string();
         assert!(err.contains("FLASH_ATTN_ROCM_KERNELS=ck") && err.contains("tile >= 256"), "{err}");
         let none = Built { ck_archs: "", ck_hdims: "", ck_splitkv_hdims: "", triton: images("gfx942") };
-        let err = choose(&call(64), "gfx1201", KernelChoice::Auto, &none).unwrap_err().to_string();
+        let err = choose(&call(64), "gfx1201", LDS_64_KIB, KernelChoice::Auto, &none).unwrap_err().to_string();
         assert!(err.contains("CK was built for []") && err.contains("no Triton kernels of this build run on gfx1201"), "{err}");
     }
 
@@ -195,12 +207,12 @@ mod tests {
     fn paged_calls_need_a_splitkv_tile() {
         // d = 96 has a forward tile but no split-KV tile of its own: it runs on the 128 one.
         let built = Built { ck_archs: "gfx942", ck_hdims: "64,96,128", ck_splitkv_hdims: "64,128", triton: images("gfx942") };
-        assert!(matches!(choose(&paged_call(96), "gfx942", KernelChoice::Ck, &built).unwrap(), KernelFamily::Ck));
+        assert!(matches!(choose(&paged_call(96), "gfx942", LDS_64_KIB, KernelChoice::Ck, &built).unwrap(), KernelFamily::Ck));
         let only_96 = Built { ck_hdims: "64,96", ck_splitkv_hdims: "64", ..built };
-        let err = choose(&paged_call(96), "gfx942", KernelChoice::Ck, &only_96).unwrap_err().to_string();
+        let err = choose(&paged_call(96), "gfx942", LDS_64_KIB, KernelChoice::Ck, &only_96).unwrap_err().to_string();
         assert!(err.contains("split-KV tile >= 96") && err.contains("FLASH_ATTN_ROCM_HDIMS"), "{err}");
         // The non-paged call of that head dim still runs on CK's 96 forward tile.
-        assert!(matches!(choose(&call(96), "gfx942", KernelChoice::Ck, &only_96).unwrap(), KernelFamily::Ck));
+        assert!(matches!(choose(&call(96), "gfx942", LDS_64_KIB, KernelChoice::Ck, &only_96).unwrap(), KernelFamily::Ck));
     }
 
     #[test]

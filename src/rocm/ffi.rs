@@ -233,9 +233,13 @@ pub mod bridge {
         page_block_size: i32,
         /// The caller's `hipStream_t`; 0 is the null stream.
         stream: usize,
+        /// Device address of the u32 fault slot (mapped host memory) the guard `atomic_or`s
+        /// [`SideTensorFault`] bits into: the calling thread's for `stream`
+        /// (`crate::gpu::Driver::fault_slot`), shared with the Triton kernels.
+        fault: usize,
     }
 
-    /// Bits of the guard's error flag: which side tensor held an out-of-range value.
+    /// Bits of a fault slot: which side tensor held an out-of-range value.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     #[repr(u32)]
     enum SideTensorFault {
@@ -272,12 +276,9 @@ pub mod bridge {
         /// The `*_in` pointers must be device arrays of `batch + 1` (seqstarts) and
         /// `batch x block_table_row_stride` (table) i32, the `*_out` ones scratch of
         /// `batch + 1` and `batch x max_blocks` i32, all live until the stream has run it;
-        /// `stream` a valid `hipStream_t` of the current device, or 0.
+        /// `stream` a valid `hipStream_t` of the current device, or 0; `fault` a mapped u32 of
+        /// host memory, live for the life of the process.
         unsafe fn ck_guard_side_tensors(guard: &CkSideTensorGuard) -> Result<()>;
-
-        /// The guard's error bits (`SideTensorFault`) recorded since the last call, cleared:
-        /// reads mapped host memory, no synchronization.
-        fn ck_take_side_tensor_errors() -> Result<u32>;
     }
 }
 

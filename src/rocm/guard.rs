@@ -6,12 +6,12 @@
 //! stream: it copies them into scratch ([`guard_scratch_len`]), replacing each value that would
 //! make CK index out of bounds (a cumulative seqlen that steps back, passes the rows of q or k,
 //! or makes a sequence longer than max_seqlen_q/k or than its block-table row holds: that
-//! sequence becomes empty; a block id outside the cache: block 0), and sets a bit in an error
-//! flag in mapped host memory. CK reads the copies.
-//! The flag is read without synchronizing by the next guarded call, which then fails with an
-//! `Err` naming the tensor (the call that had the bad values has already returned `Ok`; its
-//! output rows for the affected sequences are zeros), or explicitly by
-//! [`take_side_tensor_errors`] after a synchronize.
+//! sequence becomes empty; a block id outside the cache: block 0), and sets a bit in the calling
+//! thread's fault slot for the stream (`DeviceBuffers::fault`, mapped host memory, shared with
+//! the Triton kernels). CK reads the copies. The slot is read without synchronizing by the same
+//! thread's next call on that stream, which then fails with an `Err` naming the tensor (the call
+//! that had the bad values has already returned `Ok`; its output rows for the affected sequences
+//! are zeros), or explicitly by [`crate::take_gpu_faults`] after a synchronize.
 use super::ffi::{CkSideTensorGuard, SideTensorFault};
 use super::marshal::DeviceBuffers;
 use crate::params::{AttnCall, Mode};
@@ -30,6 +30,9 @@ pub fn guard_scratch_len(call: &AttnCall) -> usize {
 pub fn guard_params(call: &AttnCall, buffers: &DeviceBuffers, scratch: usize) -> Result<Option<CkSideTensorGuard>> {
     if call.mode == Mode::Batch {
         return Ok(None);
+    }
+    if buffers.fault == 0 {
+        candle::bail!("flash-attn-rocm: the side-tensor guard reports to a fault slot: pass Driver::fault_slot's address")
     }
     let int = |what: &str, v: usize| {
         i32::try_from(v).map_err(|_| candle::Error::Msg(format!("flash-attn-rocm: {what} = {v} exceeds CK's 32-bit indexing")))
@@ -58,6 +61,7 @@ pub fn guard_params(call: &AttnCall, buffers: &DeviceBuffers, scratch: usize) ->
         max_blocks: int("block table columns", paging.map_or(0, |p| p.max_blocks))?,
         page_block_size: int("page_block_size", paging.map_or(0, |p| p.page_block_size))?,
         stream: buffers.stream,
+        fault: buffers.fault,
     }))
 }
 
@@ -73,8 +77,8 @@ pub fn guarded_buffers(buffers: &DeviceBuffers, guard: &CkSideTensorGuard) -> De
     }
 }
 
-/// `Ok` for no fault bits, else an `Err` naming the side tensors an earlier call (CK's guard or
-/// the Triton kernels) found out of range.
+/// `Ok` for no fault bits, else an `Err` naming the side tensors that an earlier call of this
+/// thread (CK's guard or the Triton kernels) found out of range.
 pub fn faults_to_result(bits: u32) -> Result<()> {
     if bits == 0 {
         return Ok(());
@@ -89,8 +93,8 @@ pub fn faults_to_result(bits: u32) -> Result<()> {
     ];
     let found: Vec<&str> = names.iter().filter(|(f, _)| bits & f.repr != 0).map(|(_, n)| *n).collect();
     candle::bail!(
-        "flash-attn-rocm: an earlier call (not this one) had out-of-range values in {}; the kernels replaced them \
-         (affected sequences were computed as empty, their output rows are zeros) and this call was not run",
+        "flash-attn-rocm: an earlier call of this thread (not this one) had out-of-range values in {}; the kernels \
+         replaced them (affected sequences were computed as empty, their output rows are zeros) and this call was not run",
         found.join(" and ")
     )
 }
@@ -106,15 +110,6 @@ pub unsafe fn guard_side_tensors(guard: &CkSideTensorGuard) -> Result<()> {
     unsafe { super::ffi::bridge::ck_guard_side_tensors(guard) }.map_err(|e| candle::Error::Msg(e.what().to_string()))
 }
 
-/// The faults the guard recorded since the last check (and clears them): an `Err` naming the
-/// side tensors that held out-of-range values. No synchronization: a guard still queued reports
-/// at a later check (synchronize the stream first to see everything queued so far).
-#[cfg(flash_attn_rocm_ck)]
-pub fn take_side_tensor_errors() -> Result<()> {
-    let bits = super::ffi::bridge::ck_take_side_tensor_errors().map_err(|e| candle::Error::Msg(e.what().to_string()))?;
-    faults_to_result(bits)
-}
-
 /// Queues the guard kernel: in a build without CK, always an `Err` (the shim was not built).
 ///
 /// # Safety
@@ -122,12 +117,6 @@ pub fn take_side_tensor_errors() -> Result<()> {
 #[cfg(not(flash_attn_rocm_ck))]
 pub unsafe fn guard_side_tensors(_guard: &CkSideTensorGuard) -> Result<()> {
     candle::bail!("flash-attn-rocm: the side-tensor guard is part of the CK shim, which this build does not have")
-}
-
-/// No guard runs in a build without CK, so there is nothing to report.
-#[cfg(not(flash_attn_rocm_ck))]
-pub fn take_side_tensor_errors() -> Result<()> {
-    Ok(())
 }
 
 #[cfg(test)]
@@ -184,7 +173,7 @@ mod tests {
         mm_prefix: 0,
         mm_prefix_row_stride: 0,
         stream: 0x8000,
-        fault: 0,
+        fault: 0xa000,
     };
 
     #[test]
@@ -209,6 +198,7 @@ mod tests {
             assert_eq!((g.batch, g.rows_q, g.rows_k), (b as i32, total_q as i32, total_k as i32 + 5));
             assert_eq!((g.seqstart_q_in, g.seqstart_k_in, g.block_table_in), (0x5000, 0x6000, 0));
             assert_eq!((g.seqstart_q_out, g.seqstart_k_out), (0x9000, 0x9000 + 4 * (b + 1)));
+            assert_eq!(g.fault, 0xa000, "the guard reports to the call's fault slot");
             let guarded = guarded_buffers(&BUFFERS, &g);
             assert_eq!((guarded.seqstart_q, guarded.seqstart_k, guarded.q, guarded.stream), (0x9000, 0x9000 + 4 * (b + 1), 0x1000, 0x8000));
             // The same call read on the host bounds k by the last seqlen instead of k's rows.

@@ -17,7 +17,7 @@ pub mod splitkv;
 
 pub use ffi::{CkBias, CkDtype, CkFwdParams, CkMask, CkSideTensorGuard, SideTensorFault};
 pub use guard::{
-    faults_to_result, guard_params, guard_scratch_len, guard_side_tensors, guarded_buffers, take_side_tensor_errors,
+    faults_to_result, guard_params, guard_scratch_len, guard_side_tensors, guarded_buffers,
 };
 pub use marshal::{check_ck_params, check_supported, ck_fwd_params, lse_buffer_required, DeviceBuffers, LSE_KERNELS};
 pub use splitkv::{

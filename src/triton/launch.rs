@@ -4,7 +4,7 @@ use super::args::ArgValue;
 use super::marshal::{fwd_args, merge_args, Plan};
 use super::registry::{KernelImage, KERNELS};
 use super::select::select;
-use crate::gpu::{Api, Driver, Function, Module};
+use crate::gpu::{Api, DeviceLimits, Driver, Function, Module};
 use crate::params::AttnCall;
 use crate::rocm::DeviceBuffers;
 use candle::Result;
@@ -19,6 +19,8 @@ pub struct DeviceInfo {
     pub arch: String,
     /// Compute units (AMD) or SMs (NVIDIA).
     pub units: usize,
+    /// What one block may use: the code objects selected must fit it.
+    pub limits: DeviceLimits,
 }
 
 type DeviceKey = (Api, i32);
@@ -49,7 +51,11 @@ pub fn current_device(driver: &'static Driver) -> Result<(DeviceKey, DeviceInfo)
     if let Some(info) = cache.get(&key) {
         return Ok((key, info.clone()));
     }
-    let info = DeviceInfo { arch: driver.arch_name(key.1)?, units: driver.multiprocessor_count(key.1)? as usize };
+    let info = DeviceInfo {
+        arch: driver.arch_name(key.1)?,
+        units: driver.multiprocessor_count(key.1)? as usize,
+        limits: driver.device_limits(key.1)?,
+    };
     cache.insert(key, info.clone());
     Ok((key, info))
 }
@@ -57,7 +63,7 @@ pub fn current_device(driver: &'static Driver) -> Result<(DeviceKey, DeviceInfo)
 /// The plan of `call` on the current device of `driver`.
 pub fn plan(driver: &'static Driver, call: &AttnCall) -> Result<Plan> {
     let (_, info) = current_device(driver)?;
-    let kernels = select(call, &info.arch, KERNELS)?;
+    let kernels = select(call, &info.arch, info.limits, KERNELS)?;
     Plan::new(call, kernels, info.units)
 }
 
@@ -77,9 +83,10 @@ fn function(driver: &'static Driver, device: DeviceKey, image: &'static KernelIm
 
 /// Queues `plan` for `call` on `buffers.stream` of the current device: the attention kernel,
 /// then the merge when the keys are split. Returns once queued; errors of the kernels surface at
-/// the stream's next synchronization, out-of-range side tensors at [`take_faults`]. `call` may
-/// leave its seqlens and block table unread ([`AttnCall::on_device`]): the kernels check them.
-/// `buffers.fault` is set here (the driver's fault word).
+/// the stream's next synchronization, out-of-range side tensors in this thread's fault slot for
+/// the stream ([`Driver::fault_slot`], read by [`take_faults`] or the thread's next call on the
+/// stream). `call` may leave its seqlens and block table unread ([`AttnCall::on_device`]): the
+/// kernels check them. `buffers.fault` is set here.
 ///
 /// # Safety
 /// Every address in `buffers` must be a device allocation of the current device large enough
@@ -91,7 +98,7 @@ pub unsafe fn launch(driver: &'static Driver, call: &AttnCall, plan: &Plan, buff
         return Ok(());
     }
     let device = device_key(driver)?;
-    let buffers = DeviceBuffers { fault: driver.fault_word()?.device_addr(), ..*buffers };
+    let buffers = DeviceBuffers { fault: driver.fault_slot(buffers.stream)?.device_addr(), ..*buffers };
     let fwd = fwd_args(call, &buffers, plan)?;
     // SAFETY: the argument list is the kernel's parameter list (FwdArgs mirrors attn_fwd, checked
     // by a test against the source), the grid is the plan's, and the caller upholds the buffer
@@ -106,12 +113,13 @@ pub unsafe fn launch(driver: &'static Driver, call: &AttnCall, plan: &Plan, buff
     Ok(())
 }
 
-/// `Err` naming the side tensors that held out-of-range values in calls queued on `driver`
-/// since the last check (and clears the record); the kernels replaced them (the sequences they
-/// broke were computed as empty). Reads the fault word in mapped host memory: no
-/// synchronization, so a call still queued reports at a later check.
+/// `Err` naming the side tensors that held out-of-range values in calls this thread queued on
+/// `driver` (any stream) since the last check, and clears the record; the kernels replaced them
+/// (the sequences they broke were computed as empty). Calls of other threads are not seen.
+/// Reads this thread's fault slots in mapped host memory: no synchronization, so a call still
+/// queued reports at a later check (synchronize its stream first to see every call so far).
 pub fn take_faults(driver: &'static Driver) -> Result<()> {
-    crate::rocm::faults_to_result(driver.fault_word()?.take())
+    crate::rocm::faults_to_result(driver.take_thread_faults())
 }
 
 /// # Safety
@@ -225,9 +233,9 @@ mod tests {
         assert_eq!(state.copies_to_host.load(Ordering::SeqCst), 0);
         assert_eq!(state.synchronizes.load(Ordering::SeqCst), 0);
         // A kernel's report, as attn_fwd's atomic_or writes it; read in place by the next check.
-        let word = driver.fault_word().unwrap();
-        // SAFETY: the mock's device address of the word is its host address, alive for good.
-        unsafe { (*(word.device_addr() as *const std::sync::atomic::AtomicU32)).fetch_or(4, Ordering::SeqCst) };
+        let slot = driver.fault_slot(buffers.stream).unwrap();
+        // SAFETY: the mock's device address of the slot is its host address, alive for good.
+        unsafe { (*(slot.device_addr() as *const std::sync::atomic::AtomicU32)).fetch_or(4, Ordering::SeqCst) };
         let err = take_faults(driver).unwrap_err().to_string();
         assert!(err.contains("block_table") && err.contains("earlier call"), "{err}");
         take_faults(driver).unwrap();

@@ -1,6 +1,6 @@
-//! Which embedded code objects serve a call on a given target.
+//! Which embedded code objects serve a call on a given device.
 use super::registry::{Family, KernelDtype, KernelImage, Tile, KERNELS};
-use super::targets::{embedded, forced_target, resolve, ENV_TARGET};
+use super::targets::{build_for, candidates, embedded, forced_target, DeviceLimits, ENV_TARGET};
 use crate::params::AttnCall;
 use crate::rocm::DeviceBuffers;
 use candle::{DType, Result};
@@ -14,8 +14,9 @@ pub struct Kernels {
     /// The `attn_fwd` image: same target and dtype as the call, the smallest head-dim tile
     /// that holds its head dim, paged and extras as the call needs.
     pub fwd: &'static KernelImage,
-    /// The 32-bit buffer-addressing twin of `fwd` (AMD, where built): launched instead of it
-    /// when every tensor of the call fits ([`Kernels::fwd_for`]).
+    /// The 32-bit buffer-addressing twin of `fwd` (AMD, where built and within the device's
+    /// limits): launched instead of it when every tensor of the call fits
+    /// ([`Kernels::fwd_for`]).
     pub fwd_b32: Option<&'static KernelImage>,
     /// The `attn_merge` image that combines the key splits (launched only when the call is
     /// split).
@@ -39,14 +40,31 @@ pub fn needs_extras(call: &AttnCall) -> bool {
     call.alibi.is_some() || call.softcap.is_some() || call.mm_prefix.is_some()
 }
 
-/// Picks the kernels for `call` on a device of arch `device` among `images` (the embedded
-/// [`KERNELS`] in production): those of the target that serves the device
-/// ([`super::targets::resolve`]), the smallest head-dim tile that holds the call's head dim, the
-/// decode tile for few query rows, the paged variant for a block table; and its
-/// 32-bit twin, when built (same tile, launched only for calls that fit it).
-pub fn select(call: &AttnCall, device: &str, images: &'static [KernelImage]) -> Result<Kernels> {
-    let forced = forced_target();
-    let Some(target) = resolve(device, forced, &embedded(images)) else {
+/// Picks the kernels for `call` on a device of arch `device` with `limits` among `images` (the
+/// embedded [`KERNELS`] in production). The targets that serve the device are tried in order
+/// ([`candidates`]: its own, older cubins, PTX); the first with images for the call that fit the
+/// device's limits ([`DeviceLimits::fits`]) serves it: the smallest head-dim tile that holds the
+/// call's head dim, the decode tile for few query rows where it fits (else the prefill tile,
+/// which serves every call), the paged variant for a block table, the merge, and the 32-bit
+/// twin where built and fitting (same tile, launched only for calls that fit it).
+///
+/// An `Err` when no target of the build serves the device, when none has kernels for the call,
+/// or when none of those fits the device: that one names the device's limit, the smallest
+/// image's need and the build that would serve it.
+pub fn select(call: &AttnCall, device: &str, limits: DeviceLimits, images: &'static [KernelImage]) -> Result<Kernels> {
+    select_for(call, device, limits, forced_target(), images)
+}
+
+/// [`select`] with the target forced by `forced` rather than by the environment.
+fn select_for(
+    call: &AttnCall,
+    device: &str,
+    limits: DeviceLimits,
+    forced: Option<&str>,
+    images: &'static [KernelImage],
+) -> Result<Kernels> {
+    let targets = candidates(device, forced, &embedded(images));
+    if targets.is_empty() {
         candle::bail!(
             "flash-attn-rocm: no Triton kernels of this build run on {device}{}; built targets: [{}]. Rebuild with \
              FLASH_ATTN_ROCM_ARCHS (AMD) or FLASH_ATTN_ROCM_CUDA_ARCHS (NVIDIA) including it{}",
@@ -54,44 +72,162 @@ pub fn select(call: &AttnCall, device: &str, images: &'static [KernelImage]) -> 
             built_targets(images).join(", "),
             rdna2_override_hint(device, &built_targets(images)).unwrap_or_default()
         )
-    };
-    let dtype = match call.dtype {
-        DType::F16 => KernelDtype::F16,
-        DType::BF16 => KernelDtype::Bf16,
-        other => candle::bail!(
-            "flash-attn-rocm: the GPU kernels take f16 or bf16, got {other:?} (f32 runs on the CPU backend)"
-        ),
-    };
-    let paged = call.seqs.paging.is_some();
-    let extras = needs_extras(call);
-    let rows = call.max_seqlen_q * call.group_size();
-    let decode = rows <= DECODE_ROWS;
-    let d = call.head_dim as u32;
-    let fits = |img: &&KernelImage| img.target == target && img.dtype == dtype && img.block_d >= d;
-    let smallest = |family: Family, pick: &dyn Fn(&KernelImage) -> bool| {
-        images.iter().filter(fits).filter(|img| img.family == family && pick(img)).min_by_key(|img| img.block_d)
-    };
-    let fwd_with = |tile: Tile| {
-        smallest(Family::Fwd, &|img| {
-            img.tile == tile
-                && img.paged == paged
-                && img.extras == extras
-                && img.even_d == (img.block_d == d)
-                && !img.ptr32
-        })
-    };
-    // The prefill tile serves every call; the decode tile is only a faster choice.
-    let fwd = decode.then(|| fwd_with(Tile::Decode)).flatten().or_else(|| fwd_with(Tile::Prefill));
-    let merge = smallest(Family::Merge, &|_| true);
-    match (fwd, merge) {
-        (Some(fwd), Some(merge)) => Ok(Kernels { fwd, fwd_b32: twin_b32(fwd, images), merge }),
-        _ => candle::bail!(
-            "flash-attn-rocm: no Triton kernel built for {target}, {dtype:?}, head dim {d}{}{}. \
+    }
+    let wanted = Wanted::of(call)?;
+    let fitting = |image: &KernelImage| limits.fits(image);
+    match targets.iter().find_map(|target| wanted.kernels(target, images, &fitting)) {
+        Some(kernels) => Ok(kernels),
+        None => Err(nothing_fits(wanted, device, limits, forced, &targets, images)),
+    }
+}
+
+/// Why no image of `targets` (the device's, best first) serves a call that wants `wanted` on
+/// `device`: nothing is built for the call, or all that is exceeds the device's `limits`.
+fn nothing_fits(
+    wanted: Wanted,
+    device: &str,
+    limits: DeviceLimits,
+    forced: Option<&str>,
+    targets: &[&str],
+    images: &'static [KernelImage],
+) -> candle::Error {
+    let built_for_call = targets.iter().flat_map(|target| {
+        let any = |_: &KernelImage| true;
+        wanted.tiles().iter().filter_map(move |&tile| wanted.kernels_with(target, tile, images, &any))
+    });
+    let Some(need) = built_for_call.map(|kernels| kernels.neediest()).min_by_key(|image| (image.shared, image.threads))
+    else {
+        let Wanted { dtype, d, paged, extras, .. } = wanted;
+        return candle::Error::Msg(format!(
+            "flash-attn-rocm: no Triton kernel built for {}, {dtype:?}, head dim {d}{}{}. \
              Rebuild with FLASH_ATTN_ROCM_TRITON_DIMS holding a tile >= {d}, FLASH_ATTN_ROCM_DTYPES and \
              FLASH_ATTN_ROCM_TRITON_FILTER covering it",
+            targets.join(", "),
             if paged { ", paged K/V" } else { "" },
             if extras { ", with ALiBi/softcap/mm_prefix_ranges" } else { "" },
-        ),
+        ))
+        .bt();
+    };
+    // Forced onto a target whose images do not fit, the device may have one of its own that does.
+    let unforced = forced.and_then(|_| {
+        let targets = candidates(device, None, &embedded(images));
+        targets.into_iter().find(|target| wanted.kernels(target, images, &|image| limits.fits(image)).is_some())
+    });
+    let advice = match (unforced, build_for(device)) {
+        (Some(target), _) => format!(" Without {ENV_TARGET}, this build's {target} kernels serve it"),
+        (None, Some(settings)) => format!(" Rebuild with {settings} for kernels made for it"),
+        (None, None) => String::new(),
+    };
+    let as_forced = forced.map(|f| format!(" as {ENV_TARGET}={f}")).unwrap_or_default();
+    candle::Error::Msg(format!(
+        "flash-attn-rocm: no Triton kernel of this build for this call fits {device}{as_forced}: it allows {} of \
+         shared memory and {} threads per block, and the smallest that serves the call ({} {}) needs {} and {} \
+         threads.{advice}",
+        kib(limits.max_shared_per_block),
+        limits.max_threads_per_block,
+        need.target,
+        need.variant,
+        kib(need.shared),
+        need.threads,
+    ))
+    .bt()
+}
+
+/// `bytes` as the error messages give sizes: `99 KiB`, `70.5 KiB`.
+fn kib(bytes: u32) -> String {
+    let kib = f64::from(bytes) / 1024.0;
+    if bytes.is_multiple_of(1024) {
+        format!("{kib} KiB")
+    } else {
+        format!("{kib:.1} KiB")
+    }
+}
+
+/// What a call needs of the images, whatever their target.
+#[derive(Debug, Clone, Copy)]
+struct Wanted {
+    dtype: KernelDtype,
+    /// The head dim: served by tiles of at least this `block_d`.
+    d: u32,
+    paged: bool,
+    extras: bool,
+    /// Few enough query rows (times the GQA group) for the decode tile.
+    decode: bool,
+}
+
+impl Wanted {
+    fn of(call: &AttnCall) -> Result<Self> {
+        let dtype = match call.dtype {
+            DType::F16 => KernelDtype::F16,
+            DType::BF16 => KernelDtype::Bf16,
+            other => candle::bail!(
+                "flash-attn-rocm: the GPU kernels take f16 or bf16, got {other:?} (f32 runs on the CPU backend)"
+            ),
+        };
+        Ok(Wanted {
+            dtype,
+            d: call.head_dim as u32,
+            paged: call.seqs.paging.is_some(),
+            extras: needs_extras(call),
+            decode: call.max_seqlen_q * call.group_size() <= DECODE_ROWS,
+        })
+    }
+
+    /// The `attn_fwd` tiles that serve the call, fastest first: the decode tile for few query
+    /// rows, then the prefill tile, which serves every call.
+    fn tiles(&self) -> &'static [Tile] {
+        if self.decode {
+            &[Tile::Decode, Tile::Prefill]
+        } else {
+            &[Tile::Prefill]
+        }
+    }
+
+    /// The kernels of `target` for the call, with the first of its tiles whose images `usable`
+    /// accepts.
+    fn kernels(&self, target: &str, images: &'static [KernelImage], usable: &dyn Fn(&KernelImage) -> bool) -> Option<Kernels> {
+        self.tiles().iter().find_map(|&tile| self.kernels_with(target, tile, images, usable))
+    }
+
+    /// The kernels of `target` for the call with the `attn_fwd` tile `tile`, among the images
+    /// `usable` accepts: the smallest head-dim tiles that hold the call's head dim, and the
+    /// 32-bit twin where built and usable.
+    fn kernels_with(
+        &self,
+        target: &str,
+        tile: Tile,
+        images: &'static [KernelImage],
+        usable: &dyn Fn(&KernelImage) -> bool,
+    ) -> Option<Kernels> {
+        let smallest = |pick: &dyn Fn(&KernelImage) -> bool| {
+            images
+                .iter()
+                .filter(|img| img.target == target && img.dtype == self.dtype && img.block_d >= self.d)
+                .filter(|img| pick(img) && usable(img))
+                .min_by_key(|img| img.block_d)
+        };
+        let fwd = smallest(&|img| {
+            img.family == Family::Fwd
+                && img.tile == tile
+                && img.paged == self.paged
+                && img.extras == self.extras
+                && img.even_d == (img.block_d == self.d)
+                && !img.ptr32
+        })?;
+        let merge = smallest(&|img| img.family == Family::Merge)?;
+        Some(Kernels { fwd, fwd_b32: twin_b32(fwd, images).filter(|twin| usable(twin)), merge })
+    }
+}
+
+impl Kernels {
+    /// The image of the attention and the merge that needs the most of a block's resources.
+    fn neediest(&self) -> &'static KernelImage {
+        let need = |image: &KernelImage| (image.shared, image.threads);
+        if need(self.merge) > need(self.fwd) {
+            self.merge
+        } else {
+            self.fwd
+        }
     }
 }
 
@@ -145,7 +281,246 @@ pub fn embedded_targets() -> Vec<&'static str> {
 
 #[cfg(test)]
 mod tests {
-    use super::rdna2_override_hint;
+    use super::*;
+    use crate::params::Request;
+    use candle::Layout;
+
+    /// The opt-in shared memory per block of an RTX 3090/4090 (sm_86/sm_89) and an RTX 5090
+    /// (sm_120): 99 KiB.
+    const RTX_SHARED: u32 = 101_376;
+    /// An A100's (sm_80): 163 KiB.
+    const A100_SHARED: u32 = 166_912;
+
+    fn nvidia(max_shared_per_block: u32) -> DeviceLimits {
+        DeviceLimits { max_shared_per_block, max_threads_per_block: 1024, host_native_atomics: false }
+    }
+
+    /// An MI300X (gfx942): 64 KiB of LDS per workgroup.
+    const MI300X: DeviceLimits =
+        DeviceLimits { max_shared_per_block: 65_536, max_threads_per_block: 1024, host_native_atomics: true };
+
+    /// One f16 image of `target` (a cubin unless `ptx`) with its launch facts.
+    struct Spec {
+        variant: &'static str,
+        tile: Tile,
+        block_d: u32,
+        extras: bool,
+        block_m: u32,
+        block_n: u32,
+        threads: u32,
+        shared: u32,
+    }
+
+    fn image(target: &'static str, ptx: bool, spec: &Spec) -> KernelImage {
+        let family = if spec.tile == Tile::Merge { Family::Merge } else { Family::Fwd };
+        KernelImage {
+            target,
+            variant: spec.variant,
+            kernel: if family == Family::Fwd { "attn_fwd" } else { "attn_merge" },
+            family,
+            tile: spec.tile,
+            dtype: KernelDtype::F16,
+            block_d: spec.block_d,
+            even_d: family == Family::Fwd,
+            paged: false,
+            extras: spec.extras,
+            ptr32: false,
+            block_m: spec.block_m,
+            block_n: spec.block_n,
+            threads: spec.threads,
+            shared: spec.shared,
+            scratch_args: 2,
+            image: if ptx { b"//\n// Generated by LLVM NVPTX Back-End" } else { b"\x7fELF" },
+        }
+    }
+
+    /// The flat f16 images at d = 128 and d = 256 of `kernels/aot.py` for sm_80 and sm_86
+    /// (triton 3.6): block_m, block_n, threads and shared memory as the build's manifest has
+    /// them.
+    const SM_80: [Spec; 7] = [
+        Spec { variant: "fwd_decode_fp16_d128_flat", tile: Tile::Decode, block_d: 128, extras: false, block_m: 16, block_n: 128, threads: 128, shared: 139_264 },
+        Spec { variant: "fwd_decode_fp16_d128_flat_x", tile: Tile::Decode, block_d: 128, extras: true, block_m: 16, block_n: 128, threads: 128, shared: 139_264 },
+        Spec { variant: "fwd_prefill_fp16_d128_flat", tile: Tile::Prefill, block_d: 128, extras: false, block_m: 128, block_n: 64, threads: 256, shared: 98_304 },
+        Spec { variant: "fwd_prefill_fp16_d128_flat_x", tile: Tile::Prefill, block_d: 128, extras: true, block_m: 128, block_n: 64, threads: 256, shared: 114_688 },
+        Spec { variant: "fwd_prefill_fp16_d256_flat", tile: Tile::Prefill, block_d: 256, extras: false, block_m: 64, block_n: 64, threads: 128, shared: 106_496 },
+        Spec { variant: "merge_fp16_d128", tile: Tile::Merge, block_d: 128, extras: false, block_m: 1, block_n: 16, threads: 128, shared: 2048 },
+        Spec { variant: "merge_fp16_d256", tile: Tile::Merge, block_d: 256, extras: false, block_m: 1, block_n: 8, threads: 128, shared: 2048 },
+    ];
+    const SM_86: [Spec; 7] = [
+        Spec { variant: "fwd_decode_fp16_d128_flat", tile: Tile::Decode, block_d: 128, extras: false, block_m: 16, block_n: 64, threads: 128, shared: 71_680 },
+        Spec { variant: "fwd_decode_fp16_d128_flat_x", tile: Tile::Decode, block_d: 128, extras: true, block_m: 16, block_n: 64, threads: 128, shared: 71_680 },
+        Spec { variant: "fwd_prefill_fp16_d128_flat", tile: Tile::Prefill, block_d: 128, extras: false, block_m: 128, block_n: 64, threads: 256, shared: 98_304 },
+        Spec { variant: "fwd_prefill_fp16_d128_flat_x", tile: Tile::Prefill, block_d: 128, extras: true, block_m: 128, block_n: 64, threads: 256, shared: 81_920 },
+        Spec { variant: "fwd_prefill_fp16_d256_flat", tile: Tile::Prefill, block_d: 256, extras: false, block_m: 64, block_n: 32, threads: 128, shared: 69_632 },
+        Spec { variant: "merge_fp16_d128", tile: Tile::Merge, block_d: 128, extras: false, block_m: 1, block_n: 16, threads: 128, shared: 2048 },
+        Spec { variant: "merge_fp16_d256", tile: Tile::Merge, block_d: 256, extras: false, block_m: 1, block_n: 8, threads: 128, shared: 2048 },
+    ];
+
+    /// A build of `targets`, each `(target, its images, ptx)`.
+    fn build(targets: &[(&'static str, &[Spec], bool)]) -> &'static [KernelImage] {
+        let images = targets.iter().flat_map(|&(target, specs, ptx)| specs.iter().map(move |spec| image(target, ptx, spec)));
+        Box::leak(images.collect::<Vec<_>>().into_boxed_slice())
+    }
+
+    /// An f16 batch call: `rows` query rows per head of 8 (GQA 8/2), head dim `d`, ALiBi-free
+    /// softcap when `extras`.
+    fn call(rows: usize, d: usize, extras: bool) -> AttnCall {
+        let req = Request {
+            softmax_scale: 0.1,
+            alibi_slopes: None,
+            window_size_left: None,
+            window_size_right: Some(0),
+            softcap: extras.then_some(30.0),
+            varlen: None,
+        };
+        let q = Layout::contiguous((2, rows, 8, d));
+        let kv = Layout::contiguous((2, 4096, 2, d));
+        AttnCall::new(&req, [DType::F16; 3], &q, &kv, &kv).unwrap()
+    }
+
+    /// Decode (1 row: 4 with the group), prefill (512 rows), at d = 128 and 256, with and
+    /// without extras.
+    fn calls() -> Vec<AttnCall> {
+        let shapes = [(1, 128, false), (1, 128, true), (512, 128, false), (512, 128, true), (1, 256, false), (512, 256, false)];
+        shapes.into_iter().map(|(rows, d, extras)| call(rows, d, extras)).collect()
+    }
+
+    fn assert_fits(kernels: &Kernels, limits: DeviceLimits, device: &str) {
+        for image in [Some(kernels.fwd), kernels.fwd_b32, Some(kernels.merge)].into_iter().flatten() {
+            assert!(limits.fits(image), "{device} got {} {} ({} bytes of shared memory)", image.target, image.variant, image.shared);
+        }
+    }
+
+    #[test]
+    fn an_sm_80_build_never_serves_an_image_over_the_device_limit() {
+        let cubins = build(&[("sm_80", &SM_80, false)]);
+        let ptx = build(&[("sm_80", &SM_80, true)]);
+        let cases = [("sm_86", cubins), ("sm_89", cubins), ("sm_86", ptx), ("sm_89", ptx), ("sm_120", ptx)];
+        let limits = nvidia(RTX_SHARED);
+        for (device, images) in cases {
+            for call in calls() {
+                match select_for(&call, device, limits, None, images) {
+                    Ok(kernels) => assert_fits(&kernels, limits, device),
+                    Err(err) => assert!(err.to_string().contains("99 KiB"), "{device}: {err}"),
+                }
+            }
+        }
+        // What does fit is served: the 96 KiB prefill tile at d = 128.
+        for (device, images) in cases {
+            let kernels = select_for(&call(512, 128, false), device, limits, None, images).unwrap();
+            assert_eq!((kernels.fwd.target, kernels.fwd.variant), ("sm_80", "fwd_prefill_fp16_d128_flat"), "{device}");
+        }
+    }
+
+    #[test]
+    fn decode_takes_the_prefill_tile_where_the_decode_tile_does_not_fit() {
+        let cubins = build(&[("sm_80", &SM_80, false)]);
+        let decode = call(1, 128, false);
+        let on_rtx = select_for(&decode, "sm_86", nvidia(RTX_SHARED), None, cubins).unwrap();
+        assert_eq!((on_rtx.fwd.tile, on_rtx.fwd.shared), (Tile::Prefill, 98_304));
+        // The A100 the tiles were made for keeps the decode tile.
+        let on_a100 = select_for(&decode, "sm_80", nvidia(A100_SHARED), None, cubins).unwrap();
+        assert_eq!((on_a100.fwd.tile, on_a100.fwd.shared), (Tile::Decode, 139_264));
+        // An image over the device's threads per block is passed over too.
+        let few_threads = DeviceLimits { max_threads_per_block: 128, ..nvidia(A100_SHARED) };
+        let prefill = select_for(&call(512, 128, false), "sm_80", few_threads, None, cubins);
+        assert!(prefill.unwrap_err().to_string().contains("256 threads"));
+    }
+
+    #[test]
+    fn a_cubin_too_large_gives_way_to_ptx_that_fits() {
+        // An sm_89 device prefers sm_80's cubins (no compile at load time) to sm_86's PTX.
+        let images = build(&[("sm_80", &SM_80, false), ("sm_86", &SM_86, true)]);
+        let limits = nvidia(RTX_SHARED);
+        let plain = select_for(&call(512, 128, false), "sm_89", limits, None, images).unwrap();
+        assert_eq!(plain.fwd.target, "sm_80");
+        for call in calls() {
+            let kernels = select_for(&call, "sm_89", limits, None, images).unwrap();
+            assert_fits(&kernels, limits, "sm_89");
+        }
+        let extras = select_for(&call(512, 128, true), "sm_89", limits, None, images).unwrap();
+        assert_eq!((extras.fwd.target, extras.fwd.shared), ("sm_86", 81_920));
+        // Decode takes sm_80's prefill tile before sm_86's PTX: a target's tiles are tried
+        // before the next target.
+        let decode = select_for(&call(1, 128, false), "sm_89", limits, None, images).unwrap();
+        assert_eq!((decode.fwd.target, decode.fwd.tile), ("sm_80", Tile::Prefill));
+    }
+
+    #[test]
+    fn what_no_image_fits_is_an_error_naming_the_limit_the_need_and_the_build() {
+        let d256 = call(512, 256, false);
+        let cubins = build(&[("sm_80", &SM_80, false)]);
+        let err = select_for(&d256, "sm_86", nvidia(RTX_SHARED), None, cubins).unwrap_err().to_string();
+        for needle in ["sm_86", "99 KiB", "fwd_prefill_fp16_d256_flat", "104 KiB", "FLASH_ATTN_ROCM_CUDA_ARCHS=sm_86"] {
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+        let ptx = build(&[("sm_80", &SM_80, true)]);
+        let err = select_for(&d256, "sm_120", nvidia(RTX_SHARED), None, ptx).unwrap_err().to_string();
+        for needle in ["sm_120", "99 KiB", "104 KiB", "FLASH_ATTN_ROCM_CUDA_ARCHS=sm_89 FLASH_ATTN_ROCM_CUDA_PTX=1"] {
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+        // Nothing built for the call stays the error it was, not one about the limit.
+        let err = select_for(&call(512, 64, false), "sm_86", nvidia(RTX_SHARED), None, cubins).unwrap_err().to_string();
+        assert!(err.contains("FLASH_ATTN_ROCM_TRITON_DIMS") && !err.contains("KiB"), "{err}");
+    }
+
+    #[test]
+    fn a_forced_target_over_the_limit_is_an_error() {
+        let images = build(&[("sm_80", &SM_80, true), ("sm_86", &SM_86, true)]);
+        let limits = nvidia(RTX_SHARED);
+        let fits = select_for(&call(512, 128, false), "sm_86", limits, Some("sm_80"), images).unwrap();
+        assert_eq!(fits.fwd.target, "sm_80");
+        let decode = select_for(&call(1, 128, false), "sm_86", limits, Some("sm_80"), images).unwrap();
+        assert_eq!((decode.fwd.target, decode.fwd.tile), ("sm_80", Tile::Prefill));
+        let err = select_for(&call(512, 256, false), "sm_86", limits, Some("sm_80"), images).unwrap_err().to_string();
+        for needle in ["as FLASH_ATTN_ROCM_TRITON_TARGET=sm_80", "99 KiB", "104 KiB", "this build's sm_86 kernels serve it"] {
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+        // Unforced, the device's own target serves the same call.
+        assert_eq!(select_for(&call(512, 256, false), "sm_86", limits, None, images).unwrap().fwd.target, "sm_86");
+        // A build without one is told what to build.
+        let sm_80 = build(&[("sm_80", &SM_80, true)]);
+        let err = select_for(&call(512, 256, false), "sm_86", limits, Some("sm_80"), sm_80).unwrap_err().to_string();
+        assert!(err.contains("Rebuild with FLASH_ATTN_ROCM_CUDA_ARCHS=sm_86"), "{err}");
+    }
+
+    #[test]
+    fn amd_devices_keep_their_choices() {
+        // d = 128 tiles of gfx942's shape, within its 64 KiB of LDS as the build keeps every
+        // AMD tile.
+        let spec = |variant, tile, extras, block_m, block_n, threads, shared| Spec {
+            variant,
+            tile,
+            block_d: 128,
+            extras,
+            block_m,
+            block_n,
+            threads,
+            shared,
+        };
+        let specs = [
+            spec("fwd_decode_fp16_d128_flat", Tile::Decode, false, 16, 64, 64, 32_768),
+            spec("fwd_prefill_fp16_d128_flat", Tile::Prefill, false, 128, 64, 256, 65_536),
+            spec("fwd_prefill_fp16_d128_flat_x", Tile::Prefill, true, 128, 64, 256, 65_536),
+            spec("merge_fp16_d128", Tile::Merge, false, 1, 16, 64, 0),
+        ];
+        let mut images = specs.iter().map(|s| image("gfx942", false, s)).collect::<Vec<_>>();
+        images.push(KernelImage { ptr32: true, variant: "fwd_prefill_fp16_d128_flat_b32", ..images[1] });
+        let images: &'static [KernelImage] = Box::leak(images.into_boxed_slice());
+        let decode = select_for(&call(1, 128, false), "gfx942", MI300X, None, images).unwrap();
+        assert_eq!((decode.fwd.tile, decode.fwd_b32.is_some()), (Tile::Decode, false));
+        let prefill = select_for(&call(512, 128, false), "gfx942", MI300X, None, images).unwrap();
+        assert_eq!(prefill.fwd.variant, "fwd_prefill_fp16_d128_flat");
+        assert_eq!(prefill.fwd_b32.map(|t| t.variant), Some("fwd_prefill_fp16_d128_flat_b32"));
+        let extras = select_for(&call(1, 128, true), "gfx942", MI300X, None, images).unwrap();
+        assert_eq!(extras.fwd.variant, "fwd_prefill_fp16_d128_flat_x");
+        // A twin over the limit is left out; its 64-bit image serves every call.
+        let mut grown = images.to_vec();
+        grown[4].shared = 65_537;
+        let grown: &'static [KernelImage] = Box::leak(grown.into_boxed_slice());
+        let prefill = select_for(&call(512, 128, false), "gfx942", MI300X, None, grown).unwrap();
+        assert_eq!((prefill.fwd.variant, prefill.fwd_b32.is_none()), ("fwd_prefill_fp16_d128_flat", true));
+    }
 
     #[test]
     fn rdna2_cards_are_told_about_the_gfx1030_override() {

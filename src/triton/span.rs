@@ -99,10 +99,14 @@ pub fn fits_32bit(call: &AttnCall, num_splits: usize, buffers: &DeviceBuffers) -
 mod tests {
     use super::*;
     use crate::params::{Request, VarLenRequest};
+    use crate::triton::targets::DeviceLimits;
     use crate::triton::{select, Family, KernelDtype, KernelImage, Kernels, Tile};
     use candle::{DType, Device, Layout, Tensor};
 
     const GIB2: usize = 1 << 31;
+    /// An RX 7900 XTX's (gfx1100) limits: 64 KiB of LDS per workgroup.
+    const RDNA3: DeviceLimits =
+        DeviceLimits { max_shared_per_block: 64 * 1024, max_threads_per_block: 1024, host_native_atomics: true };
 
     fn req() -> Request<'static> {
         Request { softmax_scale: 0.1, alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None, varlen: None }
@@ -247,15 +251,15 @@ mod tests {
         let images: &'static [KernelImage] =
             Box::leak(vec![image(true, 128), image(false, 128), image(false, 64), merge].into_boxed_slice());
         let small = batch_call(&Layout::contiguous((1, 256, 8, 128)), &Layout::contiguous((1, 256, 8, 128)));
-        let kernels: Kernels = select(&small, "gfx1100", images).unwrap();
+        let kernels: Kernels = select(&small, "gfx1100", RDNA3, images).unwrap();
         assert!(!kernels.fwd.ptr32 && kernels.fwd_b32.is_some_and(|t| t.ptr32 && t.block_d == 128));
         let buffers = DeviceBuffers::default();
         assert!(kernels.fwd_for(&small, 1, &buffers).ptr32);
         let big = batch_call(&Layout::contiguous((1, 1 << 20, 8, 128)), &Layout::contiguous((1, 256, 8, 128)));
-        assert!(!select(&big, "gfx1100", images).unwrap().fwd_for(&big, 1, &buffers).ptr32);
+        assert!(!select(&big, "gfx1100", RDNA3, images).unwrap().fwd_for(&big, 1, &buffers).ptr32);
         // No twin built (d = 64 here): the 64-bit image serves every call.
         let d64 = batch_call(&Layout::contiguous((1, 256, 8, 64)), &Layout::contiguous((1, 256, 8, 64)));
-        let kernels = select(&d64, "gfx1100", images).unwrap();
+        let kernels = select(&d64, "gfx1100", RDNA3, images).unwrap();
         assert!(kernels.fwd_b32.is_none() && !kernels.fwd_for(&d64, 1, &buffers).ptr32);
     }
 }

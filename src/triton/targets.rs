@@ -1,13 +1,40 @@
-//! Which embedded target's code objects run on a device. AMD: the device's own arch. NVIDIA:
-//! its own target, else a cubin of the same major and a lower minor (an sm_86 cubin runs on
-//! sm_87), else the PTX of an older target, which the driver compiles at load time. Tests and
-//! comparisons can force a target with `FLASH_ATTN_ROCM_TRITON_TARGET`. Pure Rust.
+//! Which embedded targets' code objects run on a device, in the order to try them. AMD: the
+//! device's own arch. NVIDIA: its own target, then cubins of the same major and a lower minor
+//! (an sm_86 cubin runs on sm_87), then the PTX of older targets, which the driver compiles at
+//! load time. A target's code object runs only where it fits the device's [`DeviceLimits`]:
+//! [`super::select()`] goes down the list until one does. Tests and comparisons can force a
+//! target with `FLASH_ATTN_ROCM_TRITON_TARGET`. Pure Rust.
 use super::registry::KernelImage;
 
 /// Forces the code-object target (`sm_80`, `gfx1100`, ...) whatever the device is; the driver
 /// must be able to load it (PTX on an NVIDIA GPU of at least its compute capability). Read once
 /// per process.
 pub const ENV_TARGET: &str = "FLASH_ATTN_ROCM_TRITON_TARGET";
+
+/// What a device allows one block of a kernel launch, queried once per device from its driver
+/// (`crate::gpu::Driver::device_limits`). A code object runs on the device only when it fits
+/// ([`DeviceLimits::fits`]): a cubin or PTX of another target may need more shared memory than
+/// the device has (an sm_80 tile on an sm_86 GPU), and its every launch would fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceLimits {
+    /// Shared memory (LDS) one block may use, in bytes: on NVIDIA the most a kernel can opt
+    /// into (99 KiB on sm_86, sm_89 and sm_120; 163 KiB on sm_80; 227 KiB on sm_90), on AMD
+    /// the LDS of a workgroup (64 KiB; 160 KiB on gfx950).
+    pub max_shared_per_block: u32,
+    /// Threads one block may have.
+    pub max_threads_per_block: u32,
+    /// The link between the device and the host performs atomic operations natively, so that
+    /// the device's atomics on mapped host memory are atomic with respect to the host's.
+    pub host_native_atomics: bool,
+}
+
+impl DeviceLimits {
+    /// Whether `image` can be launched on the device: its dynamic shared memory and threads
+    /// per block within the device's limits.
+    pub fn fits(&self, image: &KernelImage) -> bool {
+        image.shared <= self.max_shared_per_block && image.threads <= self.max_threads_per_block
+    }
+}
 
 /// One embedded target: its name and whether its images are PTX.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,26 +66,47 @@ fn capability(target: &str) -> Option<(u32, u32)> {
     Some((major.parse().ok()?, minor.parse().ok()?))
 }
 
-/// The embedded target that serves a device of arch `device` (`gfx1100`, `sm_89`): `forced` when
-/// given (and embedded), else the device's own, else on NVIDIA a cubin of the same major and the
-/// highest minor below the device's, else the newest PTX the device can compile. Triton's sm_90
-/// code uses sm_90a instructions, so sm_90 serves only 9.0. `None` when nothing does.
-pub fn resolve<'a>(device: &str, forced: Option<&str>, embedded: &[Embedded<'a>]) -> Option<&'a str> {
+/// The embedded targets that can serve a device of arch `device` (`gfx1100`, `sm_89`), best
+/// first: `forced` alone when given (and embedded); else the device's own, then on NVIDIA the
+/// cubins of the same major and a lower minor, then the PTX the device can compile; cubins
+/// before PTX (no compile at load time), each newest first. Triton's sm_90 code uses sm_90a
+/// instructions, so sm_90 serves only 9.0. Whether their code objects fit the device is for the
+/// caller to weigh ([`DeviceLimits::fits`]). Empty when nothing serves.
+pub fn candidates<'a>(device: &str, forced: Option<&str>, embedded: &[Embedded<'a>]) -> Vec<&'a str> {
     if let Some(forced) = forced {
-        return embedded.iter().find(|e| e.target == forced).map(|e| e.target);
+        return embedded.iter().filter(|e| e.target == forced).map(|e| e.target).collect();
     }
-    if let Some(own) = embedded.iter().find(|e| e.target == device) {
-        return Some(own.target);
-    }
-    let (major, minor) = capability(device)?;
+    let own = embedded.iter().filter(|e| e.target == device);
+    let Some((major, minor)) = capability(device) else {
+        return own.map(|e| e.target).collect();
+    };
     let usable = |e: &&Embedded<'a>| {
         let Some((m, n)) = capability(e.target) else { return false };
         let portable = e.ptx && (m, n) != (9, 0) && (m, n) <= (major, minor);
         let compatible = m == major && n <= minor;
-        portable || compatible
+        e.target != device && (portable || compatible)
     };
-    // Among the usable: a cubin before PTX (no compile at load time), then the newest.
-    embedded.iter().filter(usable).max_by_key(|e| (!e.ptx, capability(e.target))).map(|e| e.target)
+    let mut others: Vec<&Embedded<'a>> = embedded.iter().filter(usable).collect();
+    others.sort_by_key(|e| std::cmp::Reverse((!e.ptx, capability(e.target))));
+    own.chain(others).map(|e| e.target).collect()
+}
+
+/// The NVIDIA targets the build compiles (`CUDA_TARGETS` of `build/selection.rs`).
+const BUILDABLE_CUDA_TARGETS: [&str; 4] = ["sm_80", "sm_86", "sm_89", "sm_90"];
+
+/// The build settings that give a device of arch `device` code objects made for its limits: its
+/// own arch on AMD; on NVIDIA the target whose cubins serve it, or for a GPU newer than every
+/// target the PTX of the newest it can compile. `None` for an NVIDIA GPU older than every target.
+pub fn build_for(device: &str) -> Option<String> {
+    if capability(device).is_none() {
+        return Some(format!("FLASH_ATTN_ROCM_ARCHS={device}"));
+    }
+    let buildable = |ptx| BUILDABLE_CUDA_TARGETS.map(|target| Embedded { target, ptx });
+    if let Some(cubin) = candidates(device, None, &buildable(false)).first() {
+        return Some(format!("FLASH_ATTN_ROCM_CUDA_ARCHS={cubin}"));
+    }
+    let ptx = *candidates(device, None, &buildable(true)).first()?;
+    Some(format!("FLASH_ATTN_ROCM_CUDA_ARCHS={ptx} FLASH_ATTN_ROCM_CUDA_PTX=1"))
 }
 
 /// `FLASH_ATTN_ROCM_TRITON_TARGET`, read once per process (empty counts as unset).
@@ -95,43 +143,96 @@ mod tests {
     fn a_device_runs_its_own_target_first() {
         let all = [cubin("sm_80"), cubin("sm_86"), cubin("sm_89"), cubin("sm_90")];
         for own in ["sm_80", "sm_86", "sm_89", "sm_90"] {
-            assert_eq!(resolve(own, None, &all), Some(own));
+            assert_eq!(candidates(own, None, &all).first(), Some(&own));
         }
-        assert_eq!(resolve("gfx1100", None, &[cubin("gfx942"), cubin("gfx1100")]), Some("gfx1100"));
+        // Its own PTX too, before an older cubin.
+        assert_eq!(candidates("sm_86", None, &[cubin("sm_80"), ptx("sm_86")]), ["sm_86", "sm_80"]);
+        assert_eq!(candidates("gfx1100", None, &[cubin("gfx942"), cubin("gfx1100")]), ["gfx1100"]);
     }
 
     #[test]
     fn cubins_serve_higher_minors_of_their_major_only() {
         let all = [cubin("sm_80"), cubin("sm_86"), cubin("sm_89"), cubin("sm_90")];
-        // Orin (8.7) runs sm_86's cubins, not sm_89's.
-        assert_eq!(resolve("sm_87", None, &all), Some("sm_86"));
-        assert_eq!(resolve("sm_86", None, &[cubin("sm_80"), cubin("sm_90")]), Some("sm_80"));
+        // Orin (8.7) runs sm_86's cubins, then sm_80's; not sm_89's.
+        assert_eq!(candidates("sm_87", None, &all), ["sm_86", "sm_80"]);
+        assert_eq!(candidates("sm_89", None, &all), ["sm_89", "sm_86", "sm_80"]);
+        assert_eq!(candidates("sm_86", None, &[cubin("sm_80"), cubin("sm_90")]), ["sm_80"]);
         // No cubin crosses a major: Blackwell gets nothing from cubins, an A100 nothing from sm_86.
-        assert_eq!(resolve("sm_120", None, &all), None);
-        assert_eq!(resolve("sm_80", None, &[cubin("sm_86"), cubin("sm_90")]), None);
+        assert!(candidates("sm_120", None, &all).is_empty());
+        assert!(candidates("sm_80", None, &[cubin("sm_86"), cubin("sm_90")]).is_empty());
         // AMD archs are matched exactly.
-        assert_eq!(resolve("gfx1101", None, &[cubin("gfx1100")]), None);
+        assert!(candidates("gfx1101", None, &[cubin("gfx1100")]).is_empty());
     }
 
     #[test]
     fn ptx_serves_newer_gpus_except_sm_90a() {
         let both = [ptx("sm_80"), ptx("sm_89"), ptx("sm_90")];
-        assert_eq!(resolve("sm_120", None, &both), Some("sm_89"));
-        assert_eq!(resolve("sm_100", None, &both), Some("sm_89"));
-        assert_eq!(resolve("sm_86", None, &both), Some("sm_80"));
+        assert_eq!(candidates("sm_120", None, &both), ["sm_89", "sm_80"]);
+        assert_eq!(candidates("sm_100", None, &both), ["sm_89", "sm_80"]);
+        assert_eq!(candidates("sm_86", None, &both), ["sm_80"]);
         // An older GPU cannot compile newer PTX.
-        assert_eq!(resolve("sm_75", None, &both), None);
+        assert!(candidates("sm_75", None, &both).is_empty());
         // sm_90's PTX targets sm_90a: only a 9.0 device takes it.
-        assert_eq!(resolve("sm_120", None, &[ptx("sm_90")]), None);
-        // A cubin that loads beats PTX that must be compiled.
-        assert_eq!(resolve("sm_87", None, &[cubin("sm_86"), ptx("sm_80")]), Some("sm_86"));
+        assert!(candidates("sm_120", None, &[ptx("sm_90")]).is_empty());
+        // A cubin that loads comes before PTX that must be compiled, even newer PTX.
+        assert_eq!(candidates("sm_87", None, &[ptx("sm_86"), cubin("sm_80")]), ["sm_80", "sm_86"]);
     }
 
     #[test]
-    fn a_forced_target_wins_when_embedded() {
+    fn a_forced_target_is_the_only_one_when_embedded() {
         let all = [ptx("sm_80"), ptx("sm_86"), cubin("sm_90")];
-        assert_eq!(resolve("sm_90", Some("sm_80"), &all), Some("sm_80"));
-        assert_eq!(resolve("sm_90", Some("sm_86"), &all), Some("sm_86"));
-        assert_eq!(resolve("sm_90", Some("sm_89"), &all), None);
+        assert_eq!(candidates("sm_90", Some("sm_80"), &all), ["sm_80"]);
+        assert_eq!(candidates("sm_90", Some("sm_86"), &all), ["sm_86"]);
+        assert!(candidates("sm_90", Some("sm_89"), &all).is_empty());
+    }
+
+    fn image(shared: u32, threads: u32) -> KernelImage {
+        use super::super::registry::{Family, KernelDtype, Tile};
+        KernelImage {
+            target: "sm_86",
+            variant: "test",
+            kernel: "attn_fwd",
+            family: Family::Fwd,
+            tile: Tile::Prefill,
+            dtype: KernelDtype::F16,
+            block_d: 128,
+            even_d: true,
+            paged: false,
+            extras: false,
+            ptr32: false,
+            block_m: 128,
+            block_n: 64,
+            threads,
+            shared,
+            scratch_args: 2,
+            image: b"\x7fELF",
+        }
+    }
+
+    #[test]
+    fn an_image_fits_up_to_both_limits_inclusive() {
+        let rtx = DeviceLimits { max_shared_per_block: 101_376, max_threads_per_block: 1024, host_native_atomics: false };
+        assert!(rtx.fits(&image(101_376, 1024)));
+        assert!(!rtx.fits(&image(101_377, 128)));
+        assert!(!rtx.fits(&image(0, 1025)));
+    }
+
+    #[test]
+    fn the_build_to_make_serves_the_device_with_its_own_tiles() {
+        let build = |device| build_for(device).unwrap();
+        assert_eq!(build("sm_86"), "FLASH_ATTN_ROCM_CUDA_ARCHS=sm_86");
+        assert_eq!(build("sm_87"), "FLASH_ATTN_ROCM_CUDA_ARCHS=sm_86");
+        assert_eq!(build("sm_89"), "FLASH_ATTN_ROCM_CUDA_ARCHS=sm_89");
+        assert_eq!(build("sm_120"), "FLASH_ATTN_ROCM_CUDA_ARCHS=sm_89 FLASH_ATTN_ROCM_CUDA_PTX=1");
+        assert_eq!(build("sm_100"), "FLASH_ATTN_ROCM_CUDA_ARCHS=sm_89 FLASH_ATTN_ROCM_CUDA_PTX=1");
+        assert_eq!(build("gfx1100"), "FLASH_ATTN_ROCM_ARCHS=gfx1100");
+        assert_eq!(build_for("sm_75"), None);
+    }
+
+    #[test]
+    fn the_buildable_targets_are_the_build_scripts() {
+        let build_script = include_str!("../../build/selection.rs");
+        let declared = format!("const CUDA_TARGETS: [&str; {}] = {BUILDABLE_CUDA_TARGETS:?};", BUILDABLE_CUDA_TARGETS.len());
+        assert!(build_script.contains(&declared), "build/selection.rs no longer declares {declared}");
     }
 }

@@ -5,7 +5,7 @@
 
 use candle::{Device, Tensor};
 use flash_attn_rocm::gpu::Driver;
-use flash_attn_rocm::triton::targets::{embedded, forced_target, resolve};
+use flash_attn_rocm::triton::targets::{candidates, embedded, forced_target};
 use flash_attn_rocm::triton::{embedded_targets, offload::run_on_gpu, KERNELS};
 use rand::rngs::StdRng;
 
@@ -45,9 +45,11 @@ pub fn driver() -> std::result::Result<&'static Driver, String> {
 pub fn gpu_and_rng(test: &str) -> Option<(Device, StdRng)> {
     let d = driver().unwrap_or_else(|why| panic!("{test}: no GPU, yet the runner ran the test: {why}"));
     let arch = d.arch_name(0).unwrap();
-    let served_by = resolve(&arch, forced_target(), &embedded(KERNELS));
+    let served_by = candidates(&arch, forced_target(), &embedded(KERNELS));
+    let limits = d.device_limits(0).unwrap();
     eprintln!(
-        "{test}: {:?} device 0 ({arch}); kernels embedded for {:?}; running {served_by:?}'s",
+        "{test}: {:?} device 0 ({arch}, {limits:?}); kernels embedded for {:?}; targets that may serve it, best first, \
+         where their code objects fit: {served_by:?}",
         d.api(),
         embedded_targets()
     );

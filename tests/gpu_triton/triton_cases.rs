@@ -201,3 +201,29 @@ pub fn calls_the_triton_path_cannot_serve_are_errors() {
     let q = flat.narrow(0, 1, 16 * 2 * 64).unwrap().reshape((1, 16, 2, 64)).unwrap();
     check_refused("misaligned q", &[&q, &q, &q], "16-byte", plain);
 }
+
+/// Issue 35: a block table whose last dim is strided (here a transposed view of a column-major
+/// table) ran on the CPU and through the offload, but Candle CUDA tensors refused it. Every way
+/// now takes it (the GPU path copies such a table on its device) and matches the CPU.
+pub fn strided_block_table_matches_cpu() {
+    let Some((cpu, mut rng)) = gpu_and_rng("strided_block_table_matches_cpu") else {
+        return;
+    };
+    let lens: Vec<(usize, usize)> = (0..3).map(|_| (rng.gen_range(1..6), rng.gen_range(20..150))).collect();
+    let (page, heads, dtype) = (16, (4, 2, 64), DType::F16);
+    let max = (lens.iter().map(|l| l.0).max().unwrap(), lens.iter().map(|l| l.1).max().unwrap());
+    let x = ragged(&mut rng, &lens, heads, dtype);
+    let p = paginate(&mut rng, &x, page, 2);
+    let f = Features { scale: 0.125, window: CAUSAL, alibi: None, softcap: None };
+    let exp = expected(&x.seqs(), &vec![f.ref_opts(max.1); lens.len()], heads, dtype, LseLayout::VarLen);
+    let (sq, sk) = x.seqlens();
+    let column_major = p.table.t().unwrap().contiguous().unwrap();
+    let args = [&x.q, &p.k_pages, &p.v_pages, &sq, &sk, &column_major];
+    check_lse_variant("paged, block table strided in its last dim", &cpu, &args, &exp, true, |a| {
+        let mut strided = a.to_vec();
+        strided[5] = a[5].t()?;
+        assert!(strided[5].stride()[1] != 1, "the table's last dim is strided");
+        let (kv, lens) = paged_args(&strided, page, max);
+        with_lse(calls::paged_with_lse(&strided[0], &kv, None, &lens, f))
+    });
+}

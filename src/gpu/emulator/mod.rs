@@ -262,6 +262,15 @@ impl Backend for EmulatorBackend {
     fn arch_name(&self, _: i32) -> GpuResult<String> {
         Ok(self.arch.to_owned())
     }
+    /// The parts' limits (64 KiB of LDS per work-group, 1024 threads); the emulated kernels'
+    /// atomics act on host memory itself, so they are atomic with respect to the host.
+    fn device_limits(&self, _: i32) -> GpuResult<crate::triton::targets::DeviceLimits> {
+        Ok(crate::triton::targets::DeviceLimits {
+            max_shared_per_block: 64 * 1024,
+            max_threads_per_block: 1024,
+            host_native_atomics: true,
+        })
+    }
     fn allow_shared(&self, _: Handle, _: u32) -> GpuResult<()> {
         Ok(())
     }

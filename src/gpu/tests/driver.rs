@@ -98,7 +98,8 @@ fn modules_unload_on_drop_and_names_with_nul_are_refused() {
 
 #[test]
 fn a_negative_multiprocessor_count_is_an_error() {
-    let (driver, _state) = mock_driver();
+    let (driver, state) = mock_driver();
+    state.multiprocessors.store(-1, Ordering::SeqCst);
     let error = driver.multiprocessor_count(0).unwrap_err();
     assert_eq!(
         (error.call, error.message.as_str()),
@@ -112,7 +113,7 @@ fn handles_are_send_and_sync() {
     assert_send_sync::<Module>();
     assert_send_sync::<Function>();
     assert_send_sync::<Driver>();
-    assert_send_sync::<FaultWord>();
+    assert_send_sync::<FaultSlot>();
 }
 
 #[test]
@@ -159,33 +160,67 @@ fn host_round_trips_are_counted() {
     assert_eq!(state.synchronizes.load(Ordering::SeqCst), 1);
 }
 
-#[test]
-fn the_fault_word_is_allocated_once_and_read_in_place() {
-    let (driver, state) = mock_driver();
-    let word = driver.fault_word().unwrap();
-    assert!(std::ptr::eq(word, driver.fault_word().unwrap()));
-    assert_eq!(state.mapped_host_allocations.load(Ordering::SeqCst), 1);
-    assert_eq!(word.take(), 0, "allocated zeroed");
-    // A kernel's atomic_or at the device address (the mock's device address is the host's).
+/// A kernel's `atomic_or` of `bits` into `slot` (the mock's device address is the host's).
+fn kernel_reports(slot: FaultSlot, bits: u32) {
     // SAFETY: the mapped word is a live, 4-aligned u32 that is only accessed atomically.
-    let device_word = unsafe { AtomicU32::from_ptr(word.device_addr() as *mut u32) };
-    device_word.fetch_or(0b0101, Ordering::SeqCst);
-    device_word.fetch_or(0b0010, Ordering::SeqCst);
-    assert_eq!(word.take(), 0b0111);
-    assert_eq!(word.take(), 0, "take clears");
+    unsafe { AtomicU32::from_ptr(slot.device_addr() as *mut u32) }.fetch_or(bits, Ordering::SeqCst);
+}
+
+#[test]
+fn a_threads_fault_slot_is_kept_per_stream_and_read_in_place() {
+    let (driver, state) = mock_driver();
+    let slot = driver.fault_slot(7).unwrap();
+    assert_eq!(driver.fault_slot(7).unwrap().device_addr(), slot.device_addr());
+    let other_stream = driver.fault_slot(8).unwrap();
+    assert_ne!(other_stream.device_addr(), slot.device_addr());
+    assert_eq!(state.mapped_host_allocations.load(Ordering::SeqCst), 1);
+    assert_eq!(slot.take(), 0, "allocated zeroed");
+    kernel_reports(slot, 0b0101);
+    kernel_reports(slot, 0b0010);
+    kernel_reports(other_stream, 0b1000);
+    assert_eq!(driver.take_stream_faults(7), 0b0111);
+    assert_eq!(driver.take_stream_faults(7), 0, "take clears");
+    assert_eq!(driver.take_stream_faults(9), 0, "a stream never launched on has no faults");
+    assert_eq!(driver.take_thread_faults(), 0b1000);
     assert_eq!(state.copies_to_host.load(Ordering::SeqCst), 0);
     assert_eq!(state.synchronizes.load(Ordering::SeqCst), 0);
 }
 
+/// Issue 35: one fault word per process reported a thread's bad call to another thread's next
+/// call. Each thread has its own slot for a stream, and sees only its own kernels' bits.
 #[test]
-fn concurrent_first_calls_share_one_fault_word() {
+fn threads_on_one_stream_see_only_their_own_faults() {
     let (driver, state) = mock_driver();
+    let barrier = std::sync::Barrier::new(8);
     let addresses: Vec<usize> = std::thread::scope(|scope| {
-        let threads: Vec<_> = (0..8)
-            .map(|_| scope.spawn(|| driver.fault_word().unwrap().device_addr()))
+        let threads: Vec<_> = (0..8u32)
+            .map(|t| {
+                let (driver, barrier) = (&driver, &barrier);
+                scope.spawn(move || {
+                    let slot = driver.fault_slot(0).unwrap();
+                    barrier.wait();
+                    kernel_reports(slot, 1 << t);
+                    barrier.wait();
+                    assert_eq!(driver.take_stream_faults(0), 1 << t, "thread {t}");
+                    assert_eq!(driver.take_thread_faults(), 0, "thread {t}");
+                    slot.device_addr()
+                })
+            })
             .collect();
         threads.into_iter().map(|t| t.join().unwrap()).collect()
     });
-    assert!(addresses.iter().all(|&addr| addr == addresses[0]));
-    assert_eq!(state.mapped_host_allocations.load(Ordering::SeqCst), 1);
+    let distinct: std::collections::HashSet<_> = addresses.iter().collect();
+    assert_eq!(distinct.len(), 8, "one slot per thread");
+    assert_eq!(state.mapped_host_allocations.load(Ordering::SeqCst), 1, "the threads share one allocation");
+    // The ended threads gave their slots back: a new thread reuses one, zeroed.
+    let reused = std::thread::scope(|scope| scope.spawn(|| driver.fault_slot(0).unwrap().device_addr()).join().unwrap());
+    assert!(addresses.contains(&reused));
+}
+
+#[test]
+fn slots_past_one_allocation_come_from_another() {
+    let (driver, state) = mock_driver();
+    let addresses: std::collections::HashSet<usize> = (0..1500).map(|stream| driver.fault_slot(stream).unwrap().device_addr()).collect();
+    assert_eq!(addresses.len(), 1500);
+    assert_eq!(state.mapped_host_allocations.load(Ordering::SeqCst), 2);
 }

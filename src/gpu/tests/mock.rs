@@ -11,6 +11,8 @@ use crate::gpu::*;
 /// What the host-memory backend records, shared with the test that owns the Driver.
 #[derive(Default)]
 pub(crate) struct MockState {
+    /// What every mock device allows ([`Driver::device_limits`]); a test may change it.
+    pub(crate) limits: MockLimits,
     /// Live allocations: address -> size.
     pub(super) allocations: Mutex<HashMap<usize, usize>>,
     pub(super) mallocs: AtomicUsize,
@@ -19,6 +21,35 @@ pub(crate) struct MockState {
     pub(crate) synchronizes: AtomicUsize,
     /// Mapped host allocations (leaked, like the drivers' ones that are never freed).
     pub(super) mapped_host_allocations: AtomicUsize,
+    /// What every mock device reports as its multiprocessor count.
+    pub(crate) multiprocessors: std::sync::atomic::AtomicI32,
+    /// Every device made current, in order (a CUDA context created or bound).
+    pub(crate) devices_made_current: Mutex<Vec<i32>>,
+}
+
+/// The mock devices' limits: those of an MI300X (gfx942, the arch they report) until a test
+/// sets others.
+pub(crate) struct MockLimits(Mutex<DeviceLimits>);
+
+impl Default for MockLimits {
+    fn default() -> Self {
+        MockLimits(Mutex::new(DeviceLimits {
+            max_shared_per_block: 64 * 1024,
+            max_threads_per_block: 1024,
+            host_native_atomics: true,
+        }))
+    }
+}
+
+impl MockLimits {
+    /// What every mock device reports from now on.
+    pub(crate) fn set(&self, limits: DeviceLimits) {
+        *self.0.lock().unwrap() = limits;
+    }
+
+    pub(crate) fn get(&self) -> DeviceLimits {
+        *self.0.lock().unwrap()
+    }
 }
 
 /// What [`Driver::library`] says of the mock, and what its errors end with.
@@ -35,8 +66,18 @@ pub(super) const MOCK_LIMIT: usize = 1 << 20;
 pub(super) static MODULES_UNLOADED: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
-    /// The mock's current device of this thread, as HIP keeps one per thread (3 until set).
+    /// The mock's current device of this thread, as HIP keeps one per thread (3 until set), or
+    /// [`NO_DEVICE`].
     static MOCK_DEVICE: std::cell::Cell<i32> = const { std::cell::Cell::new(3) };
+}
+
+/// The mock thread's state without a current device, as a CUDA thread without a context.
+const NO_DEVICE: i32 = -1;
+
+/// Puts the calling thread in the state a fresh CUDA thread is in: no current device. The mock
+/// then behaves as the CUDA backend: `current_device` makes device 0 current.
+pub(crate) fn mock_thread_without_device() {
+    MOCK_DEVICE.with(|d| d.set(NO_DEVICE));
 }
 
 /// The mock's device ordinals are 0..MOCK_DEVICES.
@@ -145,16 +186,37 @@ impl Backend for MockBackend {
             return self.check("mockSetDevice", 101);
         }
         MOCK_DEVICE.with(|d| d.set(ordinal));
+        self.state.devices_made_current.lock().unwrap().push(ordinal);
+        Ok(())
+    }
+    fn current_device(&self) -> GpuResult<i32> {
+        match self.current_device_if_any()? {
+            Some(ordinal) => Ok(ordinal),
+            None => self.set_device(0).map(|()| 0),
+        }
+    }
+    fn current_device_if_any(&self) -> GpuResult<Option<i32>> {
+        let ordinal = MOCK_DEVICE.with(std::cell::Cell::get);
+        Ok((ordinal != NO_DEVICE).then_some(ordinal))
+    }
+    fn clear_current_device(&self) -> GpuResult<()> {
+        MOCK_DEVICE.with(|d| d.set(NO_DEVICE));
         Ok(())
     }
     fn device_count(&self) -> GpuResult<i32> {
         Ok(1)
     }
     fn multiprocessor_count(&self, _: i32) -> GpuResult<i32> {
-        Ok(-1)
+        Ok(self.state.multiprocessors.load(Ordering::SeqCst))
     }
     fn arch_name(&self, _: i32) -> GpuResult<String> {
         Ok("gfx942".to_owned())
+    }
+    fn device_limits(&self, ordinal: i32) -> GpuResult<DeviceLimits> {
+        if !(0..MOCK_DEVICES).contains(&ordinal) {
+            self.check("mockDeviceGetAttribute", 101)?;
+        }
+        Ok(self.state.limits.get())
     }
     fn allow_shared(&self, _: Handle, _: u32) -> GpuResult<()> {
         Ok(())
@@ -218,4 +280,40 @@ impl Backend for MockBackend {
         self.state.synchronizes.fetch_add(1, Ordering::SeqCst);
         synchronize_through_shared_call(self)
     }
+}
+
+#[test]
+fn device_limits_are_what_the_backend_reports_for_a_valid_ordinal() {
+    let (driver, state) = mock_driver();
+    assert_eq!(
+        driver.device_limits(0).unwrap().max_shared_per_block,
+        64 * 1024
+    );
+    let rtx = DeviceLimits {
+        max_shared_per_block: 101_376,
+        max_threads_per_block: 1024,
+        host_native_atomics: false,
+    };
+    state.limits.set(rtx);
+    assert_eq!(driver.device_limits(MOCK_DEVICES - 1).unwrap(), rtx);
+    let error = driver.device_limits(MOCK_DEVICES).unwrap_err();
+    assert_eq!((error.call, error.code), ("mockDeviceGetAttribute", 101));
+}
+
+#[test]
+fn device_limits_from_driver_attributes_refuse_negative_sizes() {
+    let limits = device_limits_from_attributes(Api::Cuda, "cuDeviceGetAttribute", 101_376, 1024, 1);
+    let expected = DeviceLimits {
+        max_shared_per_block: 101_376,
+        max_threads_per_block: 1024,
+        host_native_atomics: true,
+    };
+    assert_eq!(limits.unwrap(), expected);
+    let error = device_limits_from_attributes(Api::Hip, "hipDeviceGetAttribute", 65_536, -1, 0)
+        .unwrap_err();
+    assert_eq!(error.call, "hipDeviceGetAttribute");
+    assert!(
+        error.message.contains("-1 for the threads per block"),
+        "{error}"
+    );
 }

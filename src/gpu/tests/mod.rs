@@ -54,9 +54,9 @@ fn the_cached_result_is_the_same_on_every_call() {
 }
 
 /// With a real device (the verification machines), the real driver: it names its library file,
-/// counts its units and maps a fault word. Passes without checking anything elsewhere.
+/// counts its units and maps a fault slot. Passes without checking anything elsewhere.
 #[test]
-fn a_present_device_maps_a_fault_word_and_names_its_library() {
+fn a_present_device_maps_a_fault_slot_and_names_its_library() {
     for driver in [Driver::hip(), Driver::cuda()].into_iter().flatten() {
         if driver.device_count().unwrap() == 0 {
             continue;
@@ -68,9 +68,9 @@ fn a_present_device_maps_a_fault_word_and_names_its_library() {
         assert!(driver.library().starts_with(kind), "{}", driver.library());
         driver.set_device(0).unwrap();
         assert!(driver.multiprocessor_count(0).unwrap() > 0);
-        let word = driver.fault_word().unwrap();
-        assert_ne!(word.device_addr(), 0);
-        assert_eq!(word.take(), 0, "allocated zeroed");
-        assert!(std::ptr::eq(word, driver.fault_word().unwrap()));
+        let slot = driver.fault_slot(0).unwrap();
+        assert_ne!(slot.device_addr(), 0);
+        assert_eq!(slot.take(), 0, "allocated zeroed");
+        assert_eq!(driver.fault_slot(0).unwrap().device_addr(), slot.device_addr());
     }
 }

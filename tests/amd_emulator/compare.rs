@@ -50,7 +50,7 @@ thread_local! {
 /// the tolerance; prints one `emu-diff` line.
 pub fn agree(what: &str, (emu_out, emu_lse): (&Tensor, Option<&Tensor>), (cpu_out, cpu_lse): (&Tensor, Option<&Tensor>)) {
     assert_eq!(emu_out.dims(), cpu_out.dims(), "{what}: dims");
-    let (emu, cpu) = (values(&emu_out), values(&cpu_out));
+    let (emu, cpu) = (values(emu_out), values(cpu_out));
     let (err, at) = worst(&emu, &cpu);
     let lse_err = match (cpu_lse, emu_lse) {
         (Some(c), Some(e)) => worst(&values(e), &values(c)).0,

@@ -109,6 +109,38 @@ def ds_load_u16_d16_and_hi_rdna4():
     return ds_load_u16_d16_and_hi("rdna4")
 
 
+@check
+def ds_load_b32_b128_inactive_lanes_do_not_read(arch="rdna3"):
+    """RDNA3/RDNA4 ISA DS_LOAD_B32 / DS_LOAD_B128: `RETURN_DATA = MEM[ADDR + OFFSET]` for the
+    lanes in EXEC only; a lane not in EXEC does not access LDS and keeps its VGPRs. The LDS is
+    filled by ds_store_b32 (lane l: word l); then EXEC = lanes 0-23 (as the kernel's last
+    ds_load_b32 of fwd_prefill_*_d256_flat has it), whose addresses are 4 * lane, while lanes
+    24-31 hold 0xFFFF0000 + 4 * lane, far past the 512-byte LDS (a stale value, as a VGPR
+    that an EXEC-masked reload did not write holds). Expected: lane l < 24 reads word l + 1 (B32,
+    offset 4) and words l + 4 .. l + 7 (B128, offset 16); lanes 24-31 keep their old values."""
+    ins = programs.isa(arch)
+    lanes = np.arange(32, dtype=np.uint32)
+    data = 0x01010101 * (lanes + 1) + 0x7000
+    active = lanes < 24
+    address = np.where(active, 4 * lanes, 0xFFFF0000 + 4 * lanes).astype(np.uint32)
+    old = [0xA5A50000 + 0x100 * r + lanes for r in range(5)]
+    shifted = lambda k: np.array([data[l + k] if l + k < 32 else 0 for l in lanes], np.uint32)
+    expected = np.stack([np.where(active, shifted(1), old[0])] + [np.where(active, shifted(4 + i), old[1 + i]) for i in range(4)])
+    body = [ins.DS(ins.DSOp.DS_STORE_B32, addr=ins.v[1], data0=ins.v[2]), *programs._wait(arch),
+            ins.s_mov_b32(ins.EXEC_LO, 0x00FFFFFF),
+            ins.DS(ins.DSOp.DS_LOAD_B32, addr=ins.v[3], vdst=ins.v[4], offset0=4),
+            ins.DS(ins.DSOp.DS_LOAD_B128, addr=ins.v[3], vdst=ins.v[8:11], offset0=16), *programs._wait(arch),
+            ins.s_mov_b32(ins.EXEC_LO, -1)]
+    inputs = {2: data, 3: address, 4: old[0], 8: old[1], 9: old[2], 10: old[3], 11: old[4]}
+    return dict(arch=arch, body=body, inputs=inputs, outputs=[4, 8, 9, 10, 11], expected=expected,
+                names=["DS_LOAD_B32", "DS_LOAD_B128"], lds_bytes=512, may_fault=True)
+
+
+@check
+def ds_load_b32_b128_inactive_lanes_do_not_read_rdna4():
+    return ds_load_b32_b128_inactive_lanes_do_not_read("rdna4")
+
+
 def permlanex16_expected(src, lanesel):
     """RDNA3 ISA V_PERMLANEX16_B32 pseudocode: lane 16 * row + i <- tmp[16 * (row ^ 1) +
     lanesel[4i+3:4i]]."""
@@ -381,7 +413,24 @@ def dpp16_rdna4_same_register():
 
 
 def run_one(c, corrected):
-    """'right', 'wrong (...)' or 'fails: ...' for check `c` with the handlers `corrected`."""
+    """'right', 'wrong (...)' or 'fails: ...' for check `c` with the handlers `corrected`; a check
+    whose program may fault the process (`may_fault`) runs in a child process."""
+    if c.get("may_fault"):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            os.write(write, _run_one(c, corrected).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as f:
+            text = f.read()
+        _, status = os.waitpid(pid, 0)
+        return text if os.WIFEXITED(status) else f"fails: the process died (signal {os.WTERMSIG(status)})"
+    return _run_one(c, corrected)
+
+
+def _run_one(c, corrected):
     memory = []
     try:
         out = programs.run(c["arch"], c["body"], c["inputs"], c["outputs"], lanes=c.get("lanes"),

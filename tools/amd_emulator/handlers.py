@@ -563,6 +563,33 @@ def ds_load_u16_d16(wave, word, size):
 DS_LOAD_U16_D16_HI_OP = 167  # RDNA3 and RDNA4 opcode of DS_LOAD_U16_D16_HI (DS_LOAD_U16_D16: 166)
 
 
+# op -> dwords of the RDNA3/RDNA4 DS loads of whole dwords (same opcodes in both families).
+DS_LOAD_DWORDS = {54: 1, 118: 2, 254: 3, 255: 4}
+
+
+@handler("rdna3", "DS_LOAD_B32", "DS_LOAD_B64", "DS_LOAD_B96", "DS_LOAD_B128")
+@handler("rdna4", "DS_LOAD_B32", "DS_LOAD_B64", "DS_LOAD_B96", "DS_LOAD_B128")
+def ds_load_dwords(wave, word, size):
+    """RDNA3/RDNA4 ISA DS_LOAD_B32 (B64, B96, B128): `RETURN_DATA[32n-1:0] = MEM[ADDR]` for the
+    lanes in EXEC; a lane not in EXEC neither reads LDS nor has its VGPRs written (the emulator
+    reads LDS at every lane's address, so an inactive lane holding a stale value faults the
+    process). ADDR = VGPR[addr] + {offset1, offset0}; a dword at or past the LDS size reads 0.
+    DS fields: offset0 7:0, offset1 15:8, op 25:18, addr 39:32, vdst 63:56."""
+    dwords = DS_LOAD_DWORDS[bits(word, 25, 18)]
+    offset, addr, vdst = bits(word, 15, 0), bits(word, 39, 32), bits(word, 63, 56)
+    lanes = np.array(wave.active_lanes(), np.int64)
+    if lanes.size:
+        lds = np.ctypeslib.as_array((ctypes.c_uint8 * max(launch_facts["lds_bytes"], 1)).from_address(wave.lds_addr))
+        at = (wave.vgpr[addr, lanes].astype(np.int64) + offset) & 0xFFFFFFFF
+        for i in range(dwords):
+            where = at + 4 * i
+            inside = where + 4 <= launch_facts["lds_bytes"]
+            got = np.zeros((lanes.size, 4), np.uint8)
+            got[inside] = lds[where[inside, None] + np.arange(4)]
+            wave.vgpr[vdst + i, lanes] = got.view(np.uint32)[:, 0]
+    wave.advance(size)
+
+
 @handler("rdna3", "V_PERMLANEX16_B32")
 @handler("rdna4", "V_PERMLANEX16_B32")
 def permlanex16_b32(wave, word, size):

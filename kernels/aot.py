@@ -30,7 +30,8 @@ BLOCK_DIMS = [32, 64, 128, 256]
 DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 
 # Launch tiles per (tile family, kernel class) and head-dim tile: BLOCK_M, BLOCK_N, num_warps,
-# num_stages and, on AMD, the occupancy hint waves_per_eu (0: none). Kernel classes: "prefill"
+# num_stages and an occupancy hint (0: none): waves_per_eu on AMD, maxnreg (registers per thread)
+# on NVIDIA. Kernel classes: "prefill"
 # (the plain variants), "prefill_paged" (the plain paged ones, where a family has its own),
 # "prefill_x" (with ALiBi/softcap/mm_prefix_ranges, which hold more registers; flat and paged)
 # and "decode" (16 query rows, plain features).
@@ -78,6 +79,15 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 # - RDNA 2 decode: the 16x16 tile of 8 waves (a one-wave 16-row tile holds 2x2 values per
 #   thread, two Q rows: 0/218 scratch in the key loop at d=128).
 # sm_90 keeps the tiles measured fastest on the H100/H200 (its mma needs no such rule).
+# - d=128 prefill: 2 stages and maxnreg 128, so two programs share an SM (96 KiB of shared
+#   memory and 128 registers per thread each): a short sequence's program spends as many
+#   instructions in its prologue and epilogue as in its key loop (ncu, H200, 64 x 256 x 32
+#   heads: 100.8M instructions against cuDNN's 48.0M, 1 program of 8 warps per SM at 255
+#   registers), and a second resident program fills those. 3 stages at 255 registers ran 0.47
+#   / 0.59 / 0.69 of cuDNN at b x s = 64 x 256 / 32 x 512 / 16 x 1024 (f16, 32 heads), this
+#   tile 0.54 / 0.64 / 0.69, level from s = 4096 (JIT of the same source, one run). The spill
+#   slots it takes (17 local loads/stores per key tile) stay in L1. Paged prefill keeps 3
+#   stages at 255 registers: capped at 128 it spills 244 times.
 # - d=256 prefill: 128x64 with 8 warps and 2 stages (192 KiB of shared memory, which sm_90's 227
 #   allow) doubles 64x64's throughput: H200, b*s = 16384, 8 heads, 455-501 TFLOP/s against
 #   230-238 (scripts/bench_gpu.py --baseline, old binary beside new in one run).
@@ -123,7 +133,8 @@ TILES = {
     ("sm86", "prefill"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (64, 32, 4, 2, 0)},
     ("sm86", "prefill_x"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 2, 0), 256: (64, 32, 4, 2, 0)},
     ("sm86", "decode"): {32: (16, 128, 4, 3, 0), 64: (16, 128, 4, 3, 0), 128: (16, 64, 4, 3, 0), 256: (16, 32, 4, 2, 0)},
-    ("sm90", "prefill"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (128, 64, 8, 2, 0)},
+    ("sm90", "prefill"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 2, 128), 256: (128, 64, 8, 2, 0)},
+    ("sm90", "prefill_paged"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (128, 64, 8, 2, 0)},
     ("sm90", "prefill_x"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (128, 64, 8, 2, 0)},
     ("sm90", "decode"): {32: (16, 128, 4, 3, 0), 64: (16, 128, 4, 3, 0), 128: (16, 128, 4, 3, 0), 256: (16, 64, 4, 2, 0)},
 }
@@ -184,7 +195,7 @@ def tile_family(target):
 
 
 def kernel_tile(target, fields):
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages, waves_per_eu) of an attn_fwd variant."""
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages, occupancy hint) of an attn_fwd variant."""
     family, kernel_class = tile_family(target), fields["tile"]
     if (f"{family}_{fields['dtype']}", kernel_class) in TILES:
         family = f"{family}_{fields['dtype']}"  # the dtype's own tiles (RDNA 2 bf16)
@@ -309,13 +320,13 @@ def compile_one(job):
     dtype = DTYPES[fields["dtype"]]
     if family == "fwd":
         fn = attention.attn_fwd
-        bm, bn, warps, stages, waves_per_eu = kernel_tile(target, fields)
+        bm, bn, warps, stages, occupancy = kernel_tile(target, fields)
         sig, attrs = signature(fn, FWD_POINTERS, FWD_FLOATS, dtype, fields.get("ptr32", False))
         constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": fields["block_d"], "EVEN_D": fields["even_d"],
                       "PAGED": fields["paged"], "EXTRAS": fields["extras"], "PAGE_TILES": page_tiles(target, fields)}
     else:
         fn = attention.attn_merge
-        bm, bn, warps, stages, waves_per_eu = MERGE_ROWS, MERGE_PARTIALS // fields["block_d"], MERGE_WARPS, 1, 0
+        bm, bn, warps, stages, occupancy = MERGE_ROWS, MERGE_PARTIALS // fields["block_d"], MERGE_WARPS, 1, 0
         sig, attrs = signature(fn, MERGE_POINTERS, [], dtype)
         constexprs = {"BLOCK_S": bn, "BLOCK_D": fields["block_d"]}
     for key in constexprs:
@@ -324,8 +335,9 @@ def compile_one(job):
     target_obj = gpu_target(target)
     src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
     options = {"num_warps": warps, "num_stages": stages}
-    if waves_per_eu:
-        options["waves_per_eu"] = waves_per_eu
+    if occupancy:
+        # The tile's occupancy hint: waves per EU on AMD, registers per thread (maxnreg) on NVIDIA.
+        options["maxnreg" if kind == "cuda" else "waves_per_eu"] = occupancy
     kernel = triton.compile(src, target=target_obj, options=options)
     seconds = time.time() - started
     md = kernel.metadata

@@ -4,8 +4,10 @@
 
 BENCH_BINARY is the `bench_gpu` example (built with `--features cuda-verify` for NVIDIA or
 `rocm` for AMD). Prefill: f16/bf16, d = 64, 128, 256 with h*d = 2048 (32, 16, 8 heads),
-b*s = 16384 tokens, s = 2048..16384, causal and not, our TFLOP/s beside
-`scaled_dot_product_attention` restricted to its flash backend (FA2). `--baseline OLD_BINARY`
+b*s = 16384 tokens, s = 256..16384 (64 short prompts to one long one), causal and not, our
+TFLOP/s beside `scaled_dot_product_attention`'s flash backend (FA2) and its fastest backend for
+the row (cuDNN, flash or memory-efficient); varlen batches of mixed prompt lengths beside SDPA on
+nested (jagged) tensors. `--baseline OLD_BINARY`
 adds the prefill TFLOP/s and the decode times of another build (old beside new in the same run). Decode: b = 1..64, 32 query / 8 k/v heads, d=128, s_k = 1k..128k, beside PyTorch's
 fastest backend for it (cuDNN, memory-efficient or flash, enable_gqa), and the K/V bytes read
 per second as a fraction of the GPU's device-to-device copy bandwidth (read + write); paged
@@ -83,24 +85,90 @@ def main():
         extras(binary, baseline, quick, bw)
 
 
+PREFILL_BACKENDS = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION),
+                    ("efficient", SDPBackend.EFFICIENT_ATTENTION))
+
+
+def torch_prefill(q, k, v, causal):
+    """{backend: seconds per call} of SDPA's backends that take the call."""
+    times = {}
+    for name, backend in PREFILL_BACKENDS:
+        try:
+            with sdpa_kernel(backend):
+                times[name] = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        except RuntimeError:
+            pass
+    return times
+
+
 def prefill(binary, baseline, quick):
+    """Prefill at 16384 tokens per call, from many short prompts (64 x 256) to one long one
+    (1 x 16384), h * d = 2048: ours beside FA2 (SDPA's flash backend) and SDPA's fastest backend
+    for the row; then varlen batches of mixed lengths."""
     old_col = " baseline TFLOP/s |" if baseline else ""
-    print(f"| prefill | dtype | d | b x s x h | causal |{old_col} ours TFLOP/s | SDPA flash TFLOP/s | ours / SDPA |")
-    print("|---|---|---|---|---|" + ("---|" if baseline else "") + "---|---|---|")
+    print(f"| prefill | dtype | d | b x s x h | causal |{old_col} ours TFLOP/s | FA2 TFLOP/s | best TFLOP/s (backend) | ours / FA2 | ours / best |")
+    print("|---|---|---|---|---|" + ("---|" if baseline else "") + "---|---|---|---|---|")
+    lengths = (512, 4096) if quick else (256, 512, 1024, 2048, 4096, 8192, 16384)
     for dtype_name, dtype in (("f16", torch.float16), ("bf16", torch.bfloat16)):
-        for d, s in ((d, s) for d in (64, 128, 256) for s in ((2048, 8192) if quick else (2048, 4096, 8192, 16384))):
+        for d, s in ((d, s) for d in (64, 128, 256) for s in lengths):
             b, h = 16384 // s, 2048 // d
             for causal in (False, True):
                 q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(3))
-                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                    t = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                times = torch_prefill(q, k, v, causal)
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)
-                torch_tf = flops / t / 1e12
-                r = ours(binary, "prefill", dtype_name, b, s, h, d, int(causal))
-                ratio = float(r["tflops"]) / torch_tf
-                old = f" {ours(baseline, 'prefill', dtype_name, b, s, h, d, int(causal))['tflops']} |" if baseline else ""
-                print(f"| | {dtype_name} | {d} | {b} x {s} x {h} | {causal} |{old} {r['tflops']} | {torch_tf:.1f} | {ratio:.2f} |")
+                args = ("prefill", dtype_name, b, s, h, d, int(causal))
+                print(prefill_row(binary, baseline, args, f"| | {dtype_name} | {d} | {b} x {s} x {h} | {causal} |", flops, times))
                 del q, k, v
+    varlen(binary, baseline, quick)
+
+
+def prefill_row(binary, baseline, args, head, flops, times):
+    """One table row: ours (and the baseline) beside FA2 and the fastest of `times`."""
+    ours_tf = float(ours(binary, *args)["tflops"])
+    old = f" {ours(baseline, *args)['tflops']} |" if baseline else ""
+    fa2_tf = flops / times["flash"] / 1e12 if "flash" in times else float("nan")
+    best = min(times, key=times.get)
+    best_tf = flops / times[best] / 1e12
+    return (f"{head}{old} {ours_tf:.1f} | {fa2_tf:.1f} | {best_tf:.1f} ({best}) | {ours_tf / fa2_tf:.2f} | "
+            f"{ours_tf / best_tf:.2f} |")
+
+
+def mixed_lengths(count, lo, hi, seed):
+    """`count` prompt lengths in [lo, hi), a fixed pseudo-random draw (the same every run)."""
+    state, out = seed, []
+    for _ in range(count):
+        state = (state * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        out.append(lo + (state >> 33) % (hi - lo))
+    return out
+
+
+def varlen(binary, baseline, quick):
+    """Varlen prefill (packed prompts of mixed lengths, 32 heads, d = 128): PyTorch takes them as
+    a nested (jagged) tensor, the form its SDPA backends accept for varlen."""
+    print()
+    old_col = " baseline TFLOP/s |" if baseline else ""
+    print(f"| varlen prefill (32 heads, d = 128) | dtype | prompts (lengths) | tokens | causal |{old_col} ours TFLOP/s | FA2 TFLOP/s | best TFLOP/s (backend) | ours / FA2 | ours / best |")
+    print("|---|---|---|---|---|" + ("---|" if baseline else "") + "---|---|---|---|---|")
+    batches = [mixed_lengths(64, 32, 512, 1), mixed_lengths(16, 256, 2048, 2)] if quick else [
+        mixed_lengths(128, 16, 256, 1), mixed_lengths(64, 32, 512, 1), mixed_lengths(16, 256, 2048, 2),
+        mixed_lengths(8, 512, 4096, 3)]
+    h, d = 32, 128
+    for dtype_name, dtype in (("f16", torch.float16), ("bf16", torch.bfloat16)):
+        for lens in batches:
+            total = sum(lens)
+            offsets = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(len(lens))], device="cuda")
+            q, k, v = (torch.nested.nested_tensor_from_jagged(torch.randn(total, h, d, device="cuda", dtype=dtype),
+                                                              offsets).transpose(1, 2) for _ in range(3))
+            for causal in (False, True):
+                times = torch_prefill(q, k, v, causal)
+                if not times:
+                    print(f"# varlen {dtype_name} {len(lens)} prompts: no SDPA backend took the nested tensors")
+                    continue
+                flops = sum(4 * h * n * n * d for n in lens) / (2 if causal else 1)
+                args = ("varlen", dtype_name, h, d, int(causal), ",".join(map(str, lens)))
+                head = f"| | {dtype_name} | {len(lens)} ({min(lens)}..{max(lens)}) | {total} | {causal} |"
+                print(prefill_row(binary, baseline, args, head, flops, times))
+            del q, k, v
 
 
 def decode(binary, baseline, quick, bw):

@@ -4,8 +4,9 @@
 //! followed by a synchronize (`latency_us`). Prints one line `key=value ...` for
 //! scripts/bench_gpu.py, which interleaves it with PyTorch's SDPA.
 //!
-//! Inputs are left as allocated: timing does not depend on the values (the paged mode's block
-//! table and seqlens are real: a shuffled table, every sequence S_K keys long).
+//! Inputs are left as allocated: timing does not depend on the values (the paged and varlen
+//! modes' side tensors are real: a shuffled block table, every paged sequence S_K keys long, the
+//! varlen sequences of the lengths given).
 use candle::{DType, Device, Layout, Shape, Tensor};
 use flash_attn_rocm::gpu::{DeviceBuffer, Driver};
 use flash_attn_rocm::params::{AttnCall, Request, VarLenRequest};
@@ -15,6 +16,7 @@ use std::time::Instant;
 
 const USAGE: &str = "usage:
   bench_gpu prefill DTYPE B S H D CAUSAL        (f16|bf16, causal 0|1; s_q = s_k = S)
+  bench_gpu varlen DTYPE H D CAUSAL LEN,LEN,... (packed sequences of these lengths, s_q = s_k)
   bench_gpu decode DTYPE B S_K H H_K D [SPLITS] (one query row per sequence)
   bench_gpu paged DTYPE B S_K H H_K D PAGE [SPLITS]
                                                (decode over a paged cache of PAGE-key pages)
@@ -33,6 +35,8 @@ struct BenchShape {
     d: usize,
     causal: bool,
     page: Option<usize>,
+    /// Varlen prefill: the sequence lengths (s_q = s_k each; `s_q`/`s_k` hold the longest).
+    lens: Option<Vec<usize>>,
     splits: Option<usize>,
     extras: Extras,
 }
@@ -78,13 +82,20 @@ fn parse(args: &[String]) -> anyhow::Result<(DType, BenchShape)> {
     let mut shape = match args.first().map(String::as_str) {
         Some("prefill") => {
             let (s, h) = (n(3)?, n(4)?);
-            BenchShape { b: n(2)?, s_q: s, s_k: s, h, h_k: h, d: n(5)?, causal: n(6)? == 1, page: None, splits: None, extras: Extras::default() }
+            BenchShape { b: n(2)?, s_q: s, s_k: s, h, h_k: h, d: n(5)?, causal: n(6)? == 1, page: None, lens: None, splits: None, extras: Extras::default() }
         }
-        Some("decode") => BenchShape { b: n(2)?, s_q: 1, s_k: n(3)?, h: n(4)?, h_k: n(5)?, d: n(6)?, causal: false, page: None, splits: opt(7)?, extras: Extras::default() },
+        Some("varlen") => {
+            let lens = args.get(5).ok_or_else(|| anyhow::anyhow!("missing lengths\n{USAGE}"))?;
+            let lens: Vec<usize> = lens.split(',').map(str::parse).collect::<Result<_, _>>()?;
+            let longest = lens.iter().copied().max().unwrap_or(0);
+            let (h, d, causal) = (n(2)?, n(3)?, n(4)? == 1);
+            BenchShape { b: lens.len(), s_q: longest, s_k: longest, h, h_k: h, d, causal, page: None, lens: Some(lens), splits: None, extras: Extras::default() }
+        }
+        Some("decode") => BenchShape { b: n(2)?, s_q: 1, s_k: n(3)?, h: n(4)?, h_k: n(5)?, d: n(6)?, causal: false, page: None, lens: None, splits: opt(7)?, extras: Extras::default() },
         Some("paged") => {
-            BenchShape { b: n(2)?, s_q: 1, s_k: n(3)?, h: n(4)?, h_k: n(5)?, d: n(6)?, causal: false, page: Some(n(7)?), splits: opt(8)?, extras: Extras::default() }
+            BenchShape { b: n(2)?, s_q: 1, s_k: n(3)?, h: n(4)?, h_k: n(5)?, d: n(6)?, causal: false, page: Some(n(7)?), lens: None, splits: opt(8)?, extras: Extras::default() }
         }
-        other => anyhow::bail!("mode prefill, decode or paged, got {other:?}\n{USAGE}"),
+        other => anyhow::bail!("mode prefill, varlen, decode or paged, got {other:?}\n{USAGE}"),
     };
     shape.extras = extras;
     Ok((dtype, shape))
@@ -117,10 +128,18 @@ fn main() -> anyhow::Result<()> {
     let (dtype, x) = parse(&args)?;
     let driver = if cfg!(feature = "cuda-verify") { Driver::cuda()? } else { Driver::hip()? };
     driver.set_device(0)?;
-    // Paged: b sequences of s_k keys in pages; the side tensors' values go to the device below.
+    // Paged: b sequences of s_k keys in pages; varlen: the sequences packed one after another.
+    // The side tensors' values go to the device below.
     let max_blocks = x.page.map_or(0, |p| x.s_k.div_ceil(p));
-    let cu_q: Vec<u32> = (0..=x.b as u32).collect();
-    let cu_k: Vec<u32> = (0..=x.b as u32).map(|i| i * x.s_k as u32).collect();
+    let (cu_q, cu_k) = match &x.lens {
+        Some(lens) => {
+            let mut ends = vec![0u32];
+            lens.iter().for_each(|&l| ends.push(ends[ends.len() - 1] + l as u32));
+            (ends.clone(), ends)
+        }
+        None => ((0..=x.b as u32).collect(), (0..=x.b as u32).map(|i| i * x.s_k as u32).collect()),
+    };
+    let total = x.lens.as_ref().map_or(0, |lens| lens.iter().sum::<usize>());
     let table = shuffled_table(x.b, max_blocks);
     let host = |v: &[u32], shape: &[usize]| Tensor::from_vec(v.to_vec(), shape, &Device::Cpu);
     let (sq, sk, table_t) = (host(&cu_q, &[x.b + 1])?, host(&cu_k, &[x.b + 1])?, host(&table, &[x.b, max_blocks])?);
@@ -133,6 +152,17 @@ fn main() -> anyhow::Result<()> {
         page_block_size: Some(page),
         mm_prefix_ranges: None,
     });
+    let varlen = varlen.or_else(|| {
+        x.lens.as_ref().map(|_| VarLenRequest {
+            seqlens_q: &sq,
+            seqlens_k: &sk,
+            max_seqlen_q: x.s_q,
+            max_seqlen_k: x.s_k,
+            block_table: None,
+            page_block_size: None,
+            mm_prefix_ranges: None,
+        })
+    });
     let slopes: Vec<f32> = (0..x.h).map(|i| (-8.0 * (i + 1) as f32 / x.h as f32).exp2()).collect();
     let slopes_t = Tensor::from_vec(slopes.clone(), x.h, &Device::Cpu)?;
     let windowed = x.extras.window_left.is_some();
@@ -144,9 +174,10 @@ fn main() -> anyhow::Result<()> {
         softcap: x.extras.softcap,
         varlen,
     };
-    let (q_l, kv_l) = match x.page {
-        Some(page) => (Shape::from((x.b, x.h, x.d)), Shape::from((x.b * max_blocks, page, x.h_k, x.d))),
-        None => (Shape::from((x.b, x.s_q, x.h, x.d)), Shape::from((x.b, x.s_k, x.h_k, x.d))),
+    let (q_l, kv_l) = match (x.page, &x.lens) {
+        (Some(page), _) => (Shape::from((x.b, x.h, x.d)), Shape::from((x.b * max_blocks, page, x.h_k, x.d))),
+        (None, Some(_)) => (Shape::from((total, x.h, x.d)), Shape::from((total, x.h_k, x.d))),
+        (None, None) => (Shape::from((x.b, x.s_q, x.h, x.d)), Shape::from((x.b, x.s_k, x.h_k, x.d))),
     };
     let (q_l, kv_l) = (Layout::contiguous(q_l), Layout::contiguous(kv_l));
     let call = AttnCall::on_device(&req, [dtype; 3], &q_l, &kv_l, &kv_l)?;
@@ -176,6 +207,7 @@ fn main() -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<_>>()?;
     let paged = x.page.is_some();
+    let packed = paged || x.lens.is_some();
     let buffers = DeviceBuffers {
         q: memory[0].addr(),
         k: memory[1].addr(),
@@ -184,8 +216,8 @@ fn main() -> anyhow::Result<()> {
         lse: memory[4].addr(),
         lse_acc: memory[5].addr(),
         o_acc: memory[6].addr(),
-        seqstart_q: if paged { side[0].addr() } else { 0 },
-        seqstart_k: if paged { side[1].addr() } else { 0 },
+        seqstart_q: if packed { side[0].addr() } else { 0 },
+        seqstart_k: if packed { side[1].addr() } else { 0 },
         block_table: if paged { side[2].addr() } else { 0 },
         block_table_row_stride: max_blocks,
         alibi_slopes: if x.extras.alibi { side[3].addr() } else { 0 },
@@ -222,7 +254,8 @@ fn main() -> anyhow::Result<()> {
     latencies.sort_by(f64::total_cmp);
     let t = times[3];
     let (b, h, h_k, d) = (x.b, x.h, x.h_k, x.d);
-    let flops = 4.0 * (b * h * x.s_q * x.s_k * d) as f64 / if x.causal { 2.0 } else { 1.0 };
+    let pairs = x.lens.as_ref().map_or(b * x.s_q * x.s_k, |lens| lens.iter().map(|l| l * l).sum());
+    let flops = 4.0 * (h * pairs * d) as f64 / if x.causal { 2.0 } else { 1.0 };
     // The keys each query row may see (a decode step's window: its last LEFT + 1).
     let keys = x.extras.window_left.map_or(x.s_k, |w| x.s_k.min(w + 1));
     let kv_bytes = 2.0 * (b * keys * h_k * d * 2) as f64;

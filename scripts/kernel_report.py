@@ -741,17 +741,19 @@ def comparison(rows):
     if not amd:
         return []
     lines = ["| target, d | ours: tile, warps | ours: issued/useful | ours: instr/4096 | ours: waves regs/LDS | "
-             "AMD: tile, warps | AMD: issued/useful | AMD: instr/4096 (non-causal / causal) | AMD: waves regs/LDS |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "ours: key-loop scratch st/ld | AMD: tile, warps | AMD: issued/useful | "
+             "AMD: instr/4096 (non-causal / causal) | AMD: waves regs/LDS | AMD: key-loop scratch st/ld |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    scratch = lambda row: f"{row['hot']['stores']}/{row['hot']['loads']}" if row["hot"] else "-"
     for (target, d, dtype), r in sorted(ours.items()):
         a, c = amd.get((target, d, dtype, False)), amd.get((target, d, dtype, True))
         if not a:
             continue
         lines.append(f"| {target}, {d} ({dtype}) | {r['block_m']}x{r['block_n']}, {r['warps']} | {fmt_issued(r)} | "
-                     f"{fmt(r['insns_per_4096'], 1)} | {r['waves_regs']}/{r['waves_lds']} | "
+                     f"{fmt(r['insns_per_4096'], 1)} | {r['waves_regs']}/{r['waves_lds']} | {scratch(r)} | "
                      f"{a['block_m']}x{a['block_n']}, {a['warps']} | {fmt_issued(a)} | "
                      f"{fmt(a['insns_per_4096'], 1)} / {fmt(c['insns_per_4096'], 1) if c else '-'} | "
-                     f"{a['waves_regs']}/{a['waves_lds']} |")
+                     f"{a['waves_regs']}/{a['waves_lds']} | {scratch(a)} |")
     return lines
 
 

@@ -118,7 +118,12 @@ TILES = {
     ("rdna3", "prefill_paged"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (128, 32, 8, 1, 6)},
     ("rdna3", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (64, 16, 4, 1, 6), 256: (64, 16, 4, 1, 6)},
     ("rdna3", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 16, 1, 1, 6), 256: (16, 16, 1, 1, 6)},
-    ("rdna4", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (128, 16, 8, 1, 6)},
+    ("rdna3_small", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 7), 128: (128, 64, 8, 1, 4), 256: (128, 32, 8, 1, 4)},
+    ("rdna3_small", "prefill_paged"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 4), 256: (128, 32, 8, 1, 4)},
+    ("rdna3_small", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 4), 128: (64, 16, 4, 1, 4), 256: (64, 16, 4, 1, 4)},
+    ("rdna3_small", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 4), 128: (16, 16, 1, 1, 4), 256: (16, 16, 1, 1, 4)},
+    ("rdna3_small", "decode_paged"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 4), 128: (32, 16, 2, 1, 4), 256: (16, 16, 1, 1, 4)},
+    ("rdna4", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 64, 8, 1, 6), 256: (128, 16, 8, 1, 6)},
     ("rdna4", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (64, 16, 4, 1, 6)},
     ("rdna4", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 32, 1, 1, 6), 256: (16, 16, 1, 1, 6)},
     ("rdna2", "prefill"): {32: (64, 16, 8, 2, 6), 64: (64, 16, 8, 2, 6), 128: (16, 16, 8, 2, 6), 256: (16, 16, 8, 1, 6)},
@@ -179,15 +184,25 @@ def target_kind(target):
                      f"of {', '.join(CUDA_TARGETS)})")
 
 
+# The RDNA 3/3.5 parts with LLVM's Feature1_5xVGPRs (1536 VGPRs per SIMD lane-slice, granule 24):
+# they take the "rdna3" tiles. The other gfx11 parts (gfx1102, gfx1103, gfx1150, gfx1152, and any
+# gfx11 LLVM adds without it: a tile made for fewer registers only loses occupancy on a larger
+# file, the reverse spills) have 1024 (granule 16) and take "rdna3_small".
+RDNA3_FULL_VGPRS = {"gfx1100", "gfx1101", "gfx1151"}
+
+
 def tile_family(target):
     """The TILES family of a target: RDNA 2 (gfx103x: no matrix cores, tl.dot lowers to v_dot2 /
     v_fma), RDNA 3/3.5 (gfx11) and RDNA 4 (gfx12) differ in how many instructions and registers
-    a tile costs, so each has its own tiles."""
+    a tile costs, so each has its own tiles; RDNA 3 has two register files (RDNA3_FULL_VGPRS).
+    Every gfx12 and every gfx103x part has one register file (1536 and 1024 VGPRs)."""
     kind = target_kind(target)
     if kind == "rdna":
         if target.startswith("gfx103"):
             return "rdna2"
-        return "rdna4" if target.startswith("gfx12") else "rdna3"
+        if target.startswith("gfx12"):
+            return "rdna4"
+        return "rdna3" if target in RDNA3_FULL_VGPRS else "rdna3_small"
     if kind == "cuda":
         # sm_86 and sm_89 share their 99 KiB of shared memory per block and their mma.
         return {"sm_80": "sm80", "sm_86": "sm86", "sm_89": "sm86", "sm_90": "sm90"}[target]
@@ -201,8 +216,8 @@ def kernel_tile(target, fields):
         family = f"{family}_{fields['dtype']}"  # the dtype's own tiles (RDNA 2 bf16)
     if kernel_class == "prefill" and fields["extras"]:
         kernel_class = "prefill_x"
-    elif kernel_class == "prefill" and fields["paged"] and (family, "prefill_paged") in TILES:
-        kernel_class = "prefill_paged"
+    if fields["paged"] and (family, f"{kernel_class}_paged") in TILES:
+        kernel_class = f"{kernel_class}_paged"  # the family's own paged tiles (prefill_paged, decode_paged)
     return TILES[(family, kernel_class)][fields["block_d"]]
 
 

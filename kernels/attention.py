@@ -113,7 +113,11 @@ def _attend(
 ):
     """Online softmax over the key tiles [start, end) (start tile-aligned). WHOLE_PAGES: every
     tile lies in one page (the page size a multiple of BLOCK_N, every key below k_len), so the
-    table is read once per tile instead of once per key."""
+    table is read once per tile instead of once per key. m_i is the running maximum of the
+    scaled base-2 scores (what _normalize takes). Without EXTRAS the scores stay unscaled until
+    the exponent, which needs qk_scale to be a positive normal f32: a scale <= 0 would turn the
+    maximum into the minimum and the -inf of masked keys into +inf or NaN, so the host sends
+    such calls to the EXTRAS variants, which scale first (src/triton/select.rs, needs_extras)."""
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         if PAGED and WHOLE_PAGES:
@@ -162,17 +166,24 @@ def _attend(
                 dist = tl.abs(pos[:, None] - offs_n[None, :]).to(tl.float32)
                 s = s - slope[:, None] * dist
             s = s * LOG2E
-        else:
-            s = s * qk_scale
         if MASKED:
             j = offs_n[None, :]
             visible = (j >= row_lo[:, None]) & (j < row_hi[:, None])
             if EXTRAS:
                 visible = visible | ((j >= pre_lo[:, None]) & (j < pre_hi[:, None]))
             s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        if EXTRAS:
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+        else:
+            # s is unscaled here: its row maximum times qk_scale is the scaled one (qk_scale > 0)
+            # and costs one multiply per row, not per score.
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(s - m_safe[:, None])
+        if EXTRAS:
+            p = tl.math.exp2(s - m_safe[:, None])
+        else:
+            # The scale and the maximum in one FMA per score (a masked -inf stays -inf).
+            p = tl.math.exp2(tl.fma(s, qk_scale, -m_safe[:, None]))
         alpha = tl.math.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
         if MASKED:

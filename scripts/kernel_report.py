@@ -108,7 +108,7 @@ def arch_facts(target):
       4 SIMDs per CU, at most 16 work-groups per CU (barriers).
     - gfx11/gfx12, wave32: 1536 VGPRs per SIMD lane-slice in granules of 24 on the parts with
       Feature1_5xVGPRs (gfx1100, gfx1101, gfx1151, gfx1200, gfx1201: LLVM's `; Occupancy:` for
-      gfx1201 confirms it), else 1024 in granules of 16 (gfx1102, gfx1103, gfx115x, gfx103x);
+      gfx1201 confirms it), else 1024 in granules of 16 (gfx1102, gfx1103, gfx1150, gfx1152, gfx103x);
       at most 16 waves per SIMD (20 on gfx101x). SGPRs do not limit occupancy. LDS: 128 KiB per
       WGP in WGP mode (Triton's default), 4 SIMDs per WGP, at most 32 work-groups per WGP.
     - "matrix": whether the target has matrix cores (MFMA from gfx908, WMMA from gfx11); gfx10
@@ -524,6 +524,9 @@ def our_rows(directory, targets):
 # stage, PRE_LOAD_V off) and the head dims compiled for each.
 REFERENCE_CONFIGS = {
     "gfx1100": (128, 64, 8, 6, (64, 128, 256)),
+    # AMD's kernel has no config of the small-register RDNA 3 parts: its RDNA default.
+    "gfx1103": (128, 32, 8, 6, (64, 128, 256)),
+    "gfx1151": (128, 64, 8, 2, (64, 128, 256)),
     "gfx1201": (128, 32, 8, 6, (64, 128, 256)),
     "gfx1030": (128, 32, 8, 6, (64, 128, 256)),  # AMD's RDNA default (BLOCK_N 64 is gfx1100's only)
     "gfx942": (128, 64, 4, 2, (64, 128)),
@@ -738,17 +741,19 @@ def comparison(rows):
     if not amd:
         return []
     lines = ["| target, d | ours: tile, warps | ours: issued/useful | ours: instr/4096 | ours: waves regs/LDS | "
-             "AMD: tile, warps | AMD: issued/useful | AMD: instr/4096 (non-causal / causal) | AMD: waves regs/LDS |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "ours: key-loop scratch st/ld | AMD: tile, warps | AMD: issued/useful | "
+             "AMD: instr/4096 (non-causal / causal) | AMD: waves regs/LDS | AMD: key-loop scratch st/ld |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    scratch = lambda row: f"{row['hot']['stores']}/{row['hot']['loads']}" if row["hot"] else "-"
     for (target, d, dtype), r in sorted(ours.items()):
         a, c = amd.get((target, d, dtype, False)), amd.get((target, d, dtype, True))
         if not a:
             continue
         lines.append(f"| {target}, {d} ({dtype}) | {r['block_m']}x{r['block_n']}, {r['warps']} | {fmt_issued(r)} | "
-                     f"{fmt(r['insns_per_4096'], 1)} | {r['waves_regs']}/{r['waves_lds']} | "
+                     f"{fmt(r['insns_per_4096'], 1)} | {r['waves_regs']}/{r['waves_lds']} | {scratch(r)} | "
                      f"{a['block_m']}x{a['block_n']}, {a['warps']} | {fmt_issued(a)} | "
                      f"{fmt(a['insns_per_4096'], 1)} / {fmt(c['insns_per_4096'], 1) if c else '-'} | "
-                     f"{a['waves_regs']}/{a['waves_lds']} |")
+                     f"{a['waves_regs']}/{a['waves_lds']} | {scratch(a)} |")
     return lines
 
 

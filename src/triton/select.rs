@@ -35,9 +35,15 @@ impl Kernels {
     }
 }
 
-/// Whether the call needs the kernels compiled with ALiBi, softcap and mm_prefix support.
+/// Whether the call needs the kernels compiled with ALiBi, softcap and mm_prefix support, or
+/// their scaling: the plain kernels fold `softmax_scale * log2(e)` into the exponent after taking
+/// the maximum of the unscaled scores (kernels/attention.py, `_attend`), which holds only for a
+/// positive normal f32 scale; the EXTRAS kernels scale every score first, so they serve a scale
+/// <= 0 or one that the product flushes to zero.
 pub fn needs_extras(call: &AttnCall) -> bool {
-    call.alibi.is_some() || call.softcap.is_some() || call.mm_prefix.is_some()
+    let qk_scale = call.softmax_scale * std::f32::consts::LOG2_E;
+    let folds = qk_scale.is_normal() && qk_scale > 0.0;
+    call.alibi.is_some() || call.softcap.is_some() || call.mm_prefix.is_some() || !folds
 }
 
 /// Picks the kernels for `call` on a device of arch `device` with `limits` among `images` (the
@@ -520,6 +526,27 @@ mod tests {
         let grown: &'static [KernelImage] = Box::leak(grown.into_boxed_slice());
         let prefill = select_for(&call(512, 128, false), "gfx942", MI300X, None, grown).unwrap();
         assert_eq!((prefill.fwd.variant, prefill.fwd_b32.is_none()), ("fwd_prefill_fp16_d128_flat", true));
+    }
+
+    #[test]
+    fn scales_the_plain_kernels_cannot_fold_take_the_extras_variants() {
+        let with_scale = |softmax_scale: f32| {
+            let req = Request { softmax_scale, alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None, varlen: None };
+            let q = Layout::contiguous((1, 64, 8, 128));
+            AttnCall::new(&req, [DType::F16; 3], &q, &q, &q).unwrap()
+        };
+        // x log2(e) a positive normal f32: folded into the exponent by the plain kernels.
+        for scale in [0.088, 1e-30, 3.0, f32::MIN_POSITIVE] {
+            assert!(!needs_extras(&with_scale(scale)), "{scale}");
+        }
+        // Zero, negative, or flushed to a subnormal: scaled first.
+        for scale in [0.0, -0.0, -0.125, -7.5, 1e-39, f32::MIN_POSITIVE / 2.0] {
+            assert!(needs_extras(&with_scale(scale)), "{scale}");
+        }
+        let images = build(&[("sm_80", &SM_80, false)]);
+        let negative = AttnCall { softmax_scale: -0.1, ..call(512, 128, false) };
+        let kernels = select_for(&negative, "sm_80", nvidia(A100_SHARED), None, images).unwrap();
+        assert_eq!(kernels.fwd.variant, "fwd_prefill_fp16_d128_flat_x");
     }
 
     #[test]

@@ -260,6 +260,14 @@ class OccupancyTest(unittest.TestCase):
         self.assertEqual(self.waves("gfx1201", 183), 8)    # 1536 / 192
         self.assertEqual(self.waves("gfx1201", 130), 10)
         self.assertEqual(self.waves("gfx1102", 130), 7)    # 1024 / 144
+        # The register-file classes of kernels/aot.py's RDNA tiles: 1536 VGPRs on gfx1100, gfx1101,
+        # gfx1151, gfx1200 and gfx1201; 1024 on the other gfx11 parts (and every gfx103x).
+        for target in ("gfx1100", "gfx1101", "gfx1151", "gfx1200", "gfx1201"):
+            self.assertEqual(self.waves(target, 240), 6, target)
+        for target in ("gfx1102", "gfx1103", "gfx1150", "gfx1152"):
+            self.assertEqual(self.waves(target, 240), 4, target)   # 1024 / 240
+            self.assertEqual(self.waves(target, 160), 6, target)   # waves_per_eu 6's budget
+            self.assertEqual(self.waves(target, 144), 7, target)
         self.assertEqual(self.waves("gfx942", 212, 32), 2)  # unified 512 / 216
         self.assertEqual(self.waves("gfx942", 323, 67), 1)
         self.assertEqual(self.waves("gfx942", 28), 8)
@@ -334,6 +342,18 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(cells[:5], ["gfx1100", "ours", "fwd_prefill_fp16_d128_flat", "32x32, 8", "128"])
         self.assertEqual(cells[-3:], ["32x32x128 wmma[8,1]; 32x128x32 wmma[2,4]", "1.00", "49.4"])
         self.assertIn("| gfx1100 | ours | fwd_prefill_fp16_d128_flat |", kr.markdown([good], "/tmp/x"))
+
+    def test_check_on_the_small_register_parts(self):
+        # gfx1103 (1024 VGPRs) is checked as gfx1100 is: key-loop scratch at d <= 128 fails.
+        good = analyze(kernel_asm(hot_wmma=8, target="gfx1103", vgprs=144), target="gfx1103")
+        good.update(variant="fwd_prefill_fp16_d64_flat", tile="prefill", dtype="fp16", even_d=True, paged=False,
+                    extras=False)
+        self.assertEqual((good["waves_regs"], kr.check([good])), (7, []))
+        spilling = analyze(kernel_asm(hot_wmma=8, spill_in_hot=True, target="gfx1103"), target="gfx1103")
+        spilling.update(good, hot=spilling["hot"], variant="fwd_decode_fp16_d128_paged", block_d=128)
+        problems = kr.check([good, spilling])
+        self.assertEqual(len(problems), 1, problems)
+        self.assertIn("gfx1103 fwd_decode_fp16_d128_paged: 1 scratch stores and 1 loads in the key loop", problems[0])
 
     def test_fma_target_rows_and_check(self):
         # gfx1030, 16x16 tile, 8 waves, d=128: 128 v_dot2c per wave are the 65536 useful MACs once.

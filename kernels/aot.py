@@ -338,7 +338,8 @@ def compile_one(job):
         bm, bn, warps, stages, occupancy = kernel_tile(target, fields)
         sig, attrs = signature(fn, FWD_POINTERS, FWD_FLOATS, dtype, fields.get("ptr32", False))
         constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": fields["block_d"], "EVEN_D": fields["even_d"],
-                      "PAGED": fields["paged"], "EXTRAS": fields["extras"], "PAGE_TILES": page_tiles(target, fields)}
+                      "PAGED": fields["paged"], "EXTRAS": fields["extras"], "PAGE_TILES": page_tiles(target, fields),
+                      "FOLD_SCALE": kind != "cuda"}
     else:
         fn = attention.attn_merge
         bm, bn, warps, stages, occupancy = MERGE_ROWS, MERGE_PARTIALS // fields["block_d"], MERGE_WARPS, 1, 0

@@ -159,7 +159,8 @@ def run_case(rng, dev, case):
         max(page, 1), page_magic, num_blocks,
         int(softcap is not None), int(alibi), len(ranges[0]) if mm else 0, splits, split_len,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, EVEN_D=(d == block_d), PAGED=(mode == "paged"),
-        EXTRAS=extras, PAGE_TILES=(mode == "paged" and torch.version.hip is None), num_warps=warps, num_stages=1)
+        EXTRAS=extras, PAGE_TILES=(mode == "paged" and torch.version.hip is None),
+        FOLD_SCALE=torch.version.hip is not None, num_warps=warps, num_stages=1)
     if splits > 1:
         attention.attn_merge[(max(max(l[0] for l in lens), 1) * g, b * h_k)](
             out, lse, oacc, lacc, cu_q, cu_k, h * d, d, *lse_strides,

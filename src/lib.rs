@@ -33,7 +33,7 @@
 //! `candle-rocm` and the tensors on a ROCm device.
 //!
 //! ```
-//! use candle::{DType, Device, Tensor};
+//! use flash_attn_rocm::candle::{DType, Device, Tensor};
 //! use flash_attn_rocm::flash_attn;
 //!
 //! let dev = Device::Cpu;
@@ -47,7 +47,7 @@
 //! let out = flash_attn(&q, &k, &v, softmax_scale, /* causal */ true)?;
 //! assert_eq!(out.dims(), &[batch, seq_len, heads, head_dim]);
 //! assert_eq!(out.dtype(), DType::F16);
-//! # Ok::<(), candle::Error>(())
+//! # Ok::<(), flash_attn_rocm::candle::Error>(())
 //! ```
 //!
 //! # Layouts and dtypes
@@ -136,6 +136,7 @@
 
 mod api;
 pub mod cpu;
+mod explain;
 #[cfg(feature = "triton")]
 pub mod glue;
 #[cfg(feature = "triton")]
@@ -146,4 +147,9 @@ pub mod rocm;
 pub mod triton;
 
 pub use api::*;
+/// candle-core, as this crate names it: the same crate (and types) as a user's `candle_core`
+/// dependency of a matching version, so `flash_attn_rocm::candle::Tensor` is `candle_core::Tensor`.
+/// The examples in these docs use this path, so that they compile pasted into any crate.
+pub use candle;
+pub use explain::{explain, Backend, Dispatch, ENV_LOG};
 pub use op::FlashAttn;

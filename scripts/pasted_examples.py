@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds and runs the rustdoc examples of src/ as a user's crate would: pasted into a crate of
+"""Builds and runs the rustdoc examples of src/ and the README's Rust examples as a user's crate would: pasted into a crate of
 its own that depends on `candle-core` (the version in Cargo.lock) and on this crate by path.
 
 Doctests compile inside this crate, where candle-core is renamed `candle`; a user's crate sees
@@ -43,6 +43,25 @@ def examples(path):
                 continue
             if text is None or text.strip() == "```":
                 yield start, info, block
+                block = None
+                continue
+            block.append(text)
+
+
+def markdown_examples(path):
+    """Yields (line, info string, code) for each ```rust block of a Markdown file (a fragment
+    that is not a program is marked ```rust,ignore)."""
+    block, start, info = None, 0, ""
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            text = line.rstrip("\n")
+            if block is None:
+                if text.startswith("```rust"):
+                    block, start, info = [], number, text[3:].strip()
+                continue
+            if text.strip() == "```":
+                info_attrs = [a.strip() for a in info.split(",")][1:]
+                yield start, ",".join(info_attrs), block
                 block = None
                 continue
             block.append(text)
@@ -107,6 +126,13 @@ def main():
                     continue
                 stem = re.sub(r"[^A-Za-z0-9]+", "_", rel[len("src/"):-len(".rs")])
                 found.append((f"{stem}_{line}", f"{rel}:{line}", "no_run" in attrs, as_program(unhide(lines))))
+
+    # The README's examples are what a user pastes first.
+    for line, info, lines in markdown_examples(os.path.join(ROOT, "README.md")):
+        if "ignore" in info:
+            skipped.append(f"README.md:{line} ({info}: a fragment)")
+            continue
+        found.append((f"readme_{line}", f"README.md:{line}", "no_run" in info, as_program("\n".join(lines))))
 
     shutil.rmtree(os.path.join(SCRATCH, "examples"), ignore_errors=True)
     os.makedirs(os.path.join(SCRATCH, "examples"))

@@ -191,13 +191,6 @@ fn queue<D: GpuDevice>(
 ) -> Result<(D::Buffer, Option<D::Buffer>)> {
     let built = built();
     let family = choose(call, &info.arch, info.limits, KernelChoice::from_env()?, &built)?;
-    // Both families read the seqlens and block table where they lie and check them there (CK:
-    // the guard kernel; Triton: the kernels themselves), reporting to this thread's fault slot
-    // for the stream. Out-of-range values found in this thread's earlier call on this stream
-    // fail this one, without synchronizing; other threads' and streams' calls are not seen.
-    let stream = device.stream();
-    crate::rocm::faults_to_result(driver.take_stream_faults(stream))?;
-    let fault = driver.fault_slot(stream)?.device_addr();
     // Rows of sequences are written by the kernels; rows past the last sequence get what the
     // CPU backend returns (output 0, LSE -inf). CK is not launched for a call without keys
     // (flash-attention's CK backend skips seqlen_k == 0), so its rows are prefilled too. With
@@ -211,7 +204,16 @@ fn queue<D: GpuDevice>(
         KernelFamily::Triton(_) => true,
     };
     let work = if launched { Work::plan(call, family, info.units)? } else { Work::Nothing };
+    // Told (and, under `explain`, stopped) before anything with a side effect: the fault slots
+    // below, the allocations.
     crate::explain::chosen(|| Ok(dispatch(driver, device.ordinal(), info, call, (family, &built), &work)))?;
+    // Both families read the seqlens and block table where they lie and check them there (CK:
+    // the guard kernel; Triton: the kernels themselves), reporting to this thread's fault slot
+    // for the stream. Out-of-range values found in this thread's earlier call on this stream
+    // fail this one, without synchronizing; other threads' and streams' calls are not seen.
+    let stream = device.stream();
+    crate::rocm::faults_to_result(driver.take_stream_faults(stream))?;
+    let fault = driver.fault_slot(stream)?.device_addr();
     let prefill = !launched || rows_written < call.total_q;
     let mut out = device.alloc(call.dtype, call.total_q * call.num_heads * call.head_dim, prefill)?;
     let lse_len: usize = call.lse_dims().iter().product();

@@ -151,6 +151,8 @@ flash-attn-rocm = {{ path = "{ROOT}", features = [{feature_list}] }}
 
 [profile.dev]
 opt-level = 3
+# The examples themselves: no debuginfo, which halves their link time (dependencies keep theirs).
+debug = false
 
 [profile.dev.package."*"]
 debug = false

@@ -45,7 +45,7 @@ impl fmt::Display for Backend {
 pub struct Dispatch {
     /// The kernel family.
     pub backend: Backend,
-    /// The device: `cpu`, or the GPU API, ordinal and arch, e.g. `HIP:0 gfx1100`, `CUDA:0 sm_89`.
+    /// The device: `cpu`, or the GPU API, ordinal and arch, e.g. `HIP:0:gfx1100`, `CUDA:0:sm_89`.
     pub device: String,
     /// What the kernels were compiled for. CPU: the architecture (`x86_64`, `aarch64`);
     /// Triton: the embedded target serving the device (`gfx1100`; `sm_86` on an sm_89 GPU of an
@@ -53,7 +53,7 @@ pub struct Dispatch {
     pub target: String,
     /// The kernel variant. CPU: the instruction set (`avx512-amx`, `avx512`, `avx2`,
     /// `portable`); Triton: the attention image, e.g. `fwd_prefill_fp16_d128_flat`; CK:
-    /// `fmha_fwd` or `fmha_fwd_splitkv` (paged K/V) with the head-dim tile, e.g. `fmha_fwd d128`.
+    /// `fmha_fwd` or `fmha_fwd_splitkv` (paged K/V) with the head-dim tile, e.g. `fmha_fwd_d128`.
     pub variant: String,
     /// Key splits: programs (CPU: work items) per block of query rows, along the keys. Above 1
     /// the partial results are merged (Triton: by `merge`).
@@ -88,7 +88,7 @@ impl Dispatch {
             variant: isa.to_owned(),
             splits,
             merge: None,
-            work: format!("{items} work items on {threads} threads"),
+            work: format!("{items} work items on {threads} thread{}", if threads == 1 { "" } else { "s" }),
             call: describe_call(call),
         }
     }
@@ -107,7 +107,7 @@ pub(crate) enum GpuWork<'a> {
 
 #[cfg_attr(not(feature = "triton"), allow(dead_code))]
 impl Dispatch {
-    /// A GPU call's choice: `device` names the API, ordinal and arch (`HIP:0 gfx1100`).
+    /// A GPU call's choice: `device` names the API, ordinal and arch (`HIP:0:gfx1100`).
     pub(crate) fn gpu(device: String, arch: &str, call: &AttnCall, work: GpuWork) -> Self {
         let (backend, target, variant, splits, merge, work) = match work {
             GpuWork::Triton(plan) => {
@@ -121,8 +121,8 @@ impl Dispatch {
             GpuWork::Ck { tile, split } => {
                 let mode = if call.mode == Mode::Batch { "batch mode" } else { "group mode" };
                 let (variant, splits) = match split {
-                    Some(split) => (format!("fmha_fwd_splitkv d{}", split.tile.hdim), split.num_splits),
-                    None => (format!("fmha_fwd d{tile}"), 1),
+                    Some(split) => (format!("fmha_fwd_splitkv_d{}", split.tile.hdim), split.num_splits),
+                    None => (format!("fmha_fwd_d{tile}"), 1),
                 };
                 (Backend::Ck, arch.to_owned(), variant, splits, None, mode.to_owned())
             }

@@ -265,7 +265,7 @@ fn dispatch(
     (family, built): (KernelFamily, &crate::rocm::dispatch::Built),
     work: &Work,
 ) -> Dispatch {
-    let device = format!("{}:{ordinal} {}", driver.api(), info.arch);
+    let device = format!("{}:{ordinal}:{}", driver.api(), info.arch);
     let work = match work {
         Work::Nothing => GpuWork::Nothing(family),
         Work::Triton(plan) => GpuWork::Triton(plan),

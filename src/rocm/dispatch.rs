@@ -235,13 +235,13 @@ mod tests {
         use crate::triton::Plan;
         use crate::{Backend, Dispatch};
         let built = Built { ck_archs: "gfx942", ck_hdims: "64,128", ck_splitkv_hdims: "64,128", triton: images("gfx942") };
-        let device = || "HIP:0 gfx942".to_owned();
+        let device = || "HIP:0:gfx942".to_owned();
         // CK serves head dim 40 with its 64 tile.
         let ck_call = call(40);
         assert!(matches!(choose(&ck_call, "gfx942", LDS_64_KIB, KernelChoice::Auto, &built).unwrap(), KernelFamily::Ck));
         let tile = built.ck_fwd_tile(ck_call.head_dim).unwrap();
         let ck = Dispatch::gpu(device(), "gfx942", &ck_call, GpuWork::Ck { tile, split: None });
-        assert_eq!((ck.backend, ck.variant.as_str(), ck.splits), (Backend::Ck, "fmha_fwd d64", 1));
+        assert_eq!((ck.backend, ck.variant.as_str(), ck.splits), (Backend::Ck, "fmha_fwd_d64", 1));
         assert_eq!(ck.call, "batch f16 b=1 h=4 h_k=4 d=40 s_q=100 s_k=100");
         // Triton serves head dim 256 (no CK tile); one query row against 32k keys splits them.
         for (call, split) in [(call(256), false), (decode_call(256, 32768), true)] {
@@ -255,7 +255,7 @@ mod tests {
             assert_eq!(triton.splits > 1, split, "{triton}");
             assert_eq!(triton.merge.as_deref(), split.then_some("merge_test"));
             let line = triton.to_string();
-            assert!(line.starts_with("flash-attn-rocm: backend=triton device=HIP:0 gfx942 target=gfx942 variant=fwd_test"), "{line}");
+            assert!(line.starts_with("flash-attn-rocm: backend=triton device=HIP:0:gfx942 target=gfx942 variant=fwd_test"), "{line}");
         }
     }
 

@@ -127,7 +127,7 @@
 //!   [`flash_attn`] (batch), [`flash_attn_varlen`] (varlen), [`flash_attn_varlen_paged_windowed`]
 //!   (paged cache), [`flash_attn_with_lse`] (log-sum-exp, for merging partial results), and the
 //!   [`FlashAttn`] op for `q.apply_op3(k, v, op)`.
-//! - Which backend and kernels serve a call: [`explain`] (without running it), or
+//! - Which backend and kernels serve a call: [`explain()`] (without running it), or
 //!   `FLASH_ATTN_ROCM_LOG=1` for a line per call on stderr.
 //! - Low level: [`params`] validates a call and normalizes it into one [`params::AttnCall`]
 //!   that every backend consumes; [`cpu`] runs it on host memory; [`rocm`] (CK arguments and

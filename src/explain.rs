@@ -239,7 +239,8 @@ pub fn explain<T>(call: impl FnOnce() -> Result<T>) -> Result<Dispatch> {
             EXPLAINING.with(|e| *e.borrow_mut() = self.0.take());
         }
     }
-    let outer = Restore(EXPLAINING.with(|e| std::mem::replace(&mut *e.borrow_mut(), Some(None))));
+    // `Some(None)`: explaining, nothing recorded yet; the enclosing state is put back after.
+    let outer = Restore(EXPLAINING.with(|e| e.borrow_mut().replace(None)));
     let result = call();
     let recorded = EXPLAINING.with(|e| e.borrow_mut().take()).flatten();
     drop(outer);

@@ -38,4 +38,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib --features cuda-verify
 DOCS_RS=1 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib --features rocm
 echo "== doc examples of the GPU path"
 cargo test --doc --features cuda-verify
+# The same examples pasted into a user's crate (.ci/run did the CPU build's): here the GPU
+# path's example (glue::GpuDevice, no_run) compiles too.
+python3 scripts/pasted_examples.py --features cuda-verify
 echo "== cuda and doc checks took $(( $(date +%s) - step_start )) s"

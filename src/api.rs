@@ -68,9 +68,9 @@ fn varlen_op(
 /// # Example
 ///
 /// ```
-/// use candle::{Device, IndexOp, Tensor};
+/// use flash_attn_rocm::candle::{Device, IndexOp, Tensor};
 /// use flash_attn_rocm::flash_attn;
-/// # fn max_diff(a: &Tensor, b: &Tensor) -> candle::Result<f32> {
+/// # fn max_diff(a: &Tensor, b: &Tensor) -> flash_attn_rocm::candle::Result<f32> {
 /// #     (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
 /// # }
 ///
@@ -84,7 +84,7 @@ fn varlen_op(
 /// assert_eq!(out.dims(), &[b, s, h, d]);
 /// // Causal with s_q == s_k: query 0 sees key 0 only, so its output is v's first row.
 /// assert!(max_diff(&out.i((.., 0))?, &v.i((.., 0))?)? < 1e-6);
-/// # Ok::<(), candle::Error>(())
+/// # Ok::<(), flash_attn_rocm::candle::Error>(())
 /// ```
 pub fn flash_attn(q: &Tensor, k: &Tensor, v: &Tensor, softmax_scale: f32, causal: bool) -> Result<Tensor> {
     q.apply_op3(k, v, batch_op(softmax_scale, None, causal_window(causal), None))
@@ -103,7 +103,7 @@ pub fn flash_attn(q: &Tensor, k: &Tensor, v: &Tensor, softmax_scale: f32, causal
 /// # Example
 ///
 /// ```
-/// # use candle::{Device, Tensor};
+/// # use flash_attn_rocm::candle::{Device, Tensor};
 /// # use flash_attn_rocm::flash_attn_windowed;
 /// # let (dev, (b, s, h, d)) = (Device::Cpu, (1, 6, 2, 16));
 /// # let q = Tensor::randn(0f32, 1.0, (b, s, h, d), &dev)?;
@@ -113,7 +113,7 @@ pub fn flash_attn(q: &Tensor, k: &Tensor, v: &Tensor, softmax_scale: f32, causal
 /// let out = flash_attn_windowed(&q, &k, &v, 0.25, Some(0), Some(0))?;
 /// let diff = (out - &v)?.abs()?.max_all()?.to_scalar::<f32>()?;
 /// assert!(diff < 1e-6);
-/// # Ok::<(), candle::Error>(())
+/// # Ok::<(), flash_attn_rocm::candle::Error>(())
 /// ```
 pub fn flash_attn_windowed(
     q: &Tensor,
@@ -136,6 +136,31 @@ pub fn flash_attn_windowed(
 ///
 /// Returns `(b, s_q, h, d)` in q's dtype. Besides the [shared errors](crate#errors), an `Err`
 /// when `alibi_slopes` is not f32 or not `(h,)`.
+///
+/// # Example
+///
+/// ```
+/// use flash_attn_rocm::{flash_attn, flash_attn_alibi};
+/// # use flash_attn_rocm::candle::{Device, Tensor};
+/// # fn max_diff(a: &Tensor, b: &Tensor) -> flash_attn_rocm::candle::Result<f32> {
+/// #     (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
+/// # }
+/// # let (dev, (b, s, h, d)) = (Device::Cpu, (2, 6, 4, 16));
+/// # let q = Tensor::randn(0f32, 1.0, (b, s, h, d), &dev)?;
+/// # let k = Tensor::randn(0f32, 1.0, (b, s, h, d), &dev)?;
+/// # let v = Tensor::randn(0f32, 1.0, (b, s, h, d), &dev)?;
+/// let scale = 1.0 / (d as f32).sqrt();
+///
+/// // Zero slopes: no bias, plain attention.
+/// let zeros = Tensor::zeros(h, flash_attn_rocm::candle::DType::F32, &dev)?;
+/// let plain = flash_attn(&q, &k, &v, scale, true)?;
+/// assert!(max_diff(&flash_attn_alibi(&q, &k, &v, &zeros, scale, true)?, &plain)? < 1e-6);
+///
+/// // A steep slope: each query's own position outweighs every other key by e^100.
+/// let steep = Tensor::new(&[100f32; 4], &dev)?;
+/// assert!(max_diff(&flash_attn_alibi(&q, &k, &v, &steep, scale, true)?, &v)? < 1e-4);
+/// # Ok::<(), flash_attn_rocm::candle::Error>(())
+/// ```
 pub fn flash_attn_alibi(
     q: &Tensor,
     k: &Tensor,
@@ -155,6 +180,31 @@ pub fn flash_attn_alibi(
 ///   [masks](crate#masks-and-options).
 ///
 /// Returns `(b, s_q, h, d)` in q's dtype; [errors](crate#errors) as [`flash_attn_alibi`].
+///
+/// # Example
+///
+/// ```
+/// use flash_attn_rocm::{flash_attn_alibi, flash_attn_alibi_windowed};
+/// # use flash_attn_rocm::candle::{Device, Tensor};
+/// # fn max_diff(a: &Tensor, b: &Tensor) -> flash_attn_rocm::candle::Result<f32> {
+/// #     (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
+/// # }
+/// # let (dev, (b, s, h, d)) = (Device::Cpu, (2, 6, 4, 16));
+/// # let q = Tensor::randn(0f32, 1.0, (b, s, h, d), &dev)?;
+/// # let k = Tensor::randn(0f32, 1.0, (b, s, h, d), &dev)?;
+/// # let v = Tensor::randn(0f32, 1.0, (b, s, h, d), &dev)?;
+/// let slopes = Tensor::new(&[0.5f32, 0.25, 0.125, 0.0625], &dev)?; // (h,)
+///
+/// // (None, Some(0)) is the causal mask.
+/// let windowed = flash_attn_alibi_windowed(&q, &k, &v, &slopes, 0.25, None, Some(0))?;
+/// let causal = flash_attn_alibi(&q, &k, &v, &slopes, 0.25, true)?;
+/// assert!(max_diff(&windowed, &causal)? < 1e-6);
+///
+/// // A sliding window: each query sees itself and the 2 keys before it.
+/// let out = flash_attn_alibi_windowed(&q, &k, &v, &slopes, 0.25, Some(2), Some(0))?;
+/// assert_eq!(out.dims(), &[b, s, h, d]);
+/// # Ok::<(), flash_attn_rocm::candle::Error>(())
+/// ```
 pub fn flash_attn_alibi_windowed(
     q: &Tensor,
     k: &Tensor,
@@ -178,6 +228,28 @@ pub fn flash_attn_alibi_windowed(
 ///
 /// Returns `(b, s_q, h, d)` in q's dtype. Besides the [shared errors](crate#errors), an `Err`
 /// for a bad softcap or bad slopes.
+///
+/// # Example
+///
+/// ```
+/// use flash_attn_rocm::{flash_attn_alibi_windowed_softcap, flash_attn_windowed};
+/// # use flash_attn_rocm::candle::{Device, Tensor};
+/// # fn max_diff(a: &Tensor, b: &Tensor) -> flash_attn_rocm::candle::Result<f32> {
+/// #     (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
+/// # }
+/// # let (dev, (b, s, h, d)) = (Device::Cpu, (2, 6, 4, 16));
+/// # let q = Tensor::randn(0f32, 1.0, (b, s, h, d), &dev)?;
+/// # let k = Tensor::randn(0f32, 1.0, (b, s, h, d), &dev)?;
+/// # let v = Tensor::randn(0f32, 1.0, (b, s, h, d), &dev)?;
+/// // Gemma 2 caps its attention logits at 50: `50 * tanh(x / 50)`.
+/// let out = flash_attn_alibi_windowed_softcap(&q, &k, &v, None, 0.25, Some(4), Some(0), 50.0)?;
+/// assert_eq!(out.dims(), &[b, s, h, d]);
+///
+/// // Logits far below the cap pass almost unchanged.
+/// let uncapped = flash_attn_windowed(&q, &k, &v, 0.25, Some(4), Some(0))?;
+/// assert!(max_diff(&out, &uncapped)? < 1e-2);
+/// # Ok::<(), flash_attn_rocm::candle::Error>(())
+/// ```
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_alibi_windowed_softcap(
     q: &Tensor,
@@ -211,9 +283,9 @@ pub fn flash_attn_alibi_windowed_softcap(
 /// # Example
 ///
 /// ```
-/// use candle::{Device, Tensor};
+/// use flash_attn_rocm::candle::{Device, Tensor};
 /// use flash_attn_rocm::{flash_attn, flash_attn_varlen};
-/// # fn max_diff(a: &Tensor, b: &Tensor) -> candle::Result<f32> {
+/// # fn max_diff(a: &Tensor, b: &Tensor) -> flash_attn_rocm::candle::Result<f32> {
 /// #     (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
 /// # }
 ///
@@ -235,7 +307,7 @@ pub fn flash_attn_alibi_windowed_softcap(
 /// let (k1, v1) = (k.narrow(0, 4, 6)?.unsqueeze(0)?, v.narrow(0, 4, 6)?.unsqueeze(0)?);
 /// let alone = flash_attn(&q1, &k1, &v1, scale, true)?;
 /// assert!(max_diff(&out.narrow(0, 3, 5)?, &alone.squeeze(0)?)? < 1e-5);
-/// # Ok::<(), candle::Error>(())
+/// # Ok::<(), flash_attn_rocm::candle::Error>(())
 /// ```
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen(
@@ -261,6 +333,28 @@ pub fn flash_attn_varlen(
 ///   above `max_seqlen_k` is unbounded.
 ///
 /// Returns `(total_q, h, d)` in q's dtype; [errors](crate#errors) as [`flash_attn_varlen`].
+///
+/// # Example
+///
+/// ```
+/// use flash_attn_rocm::{flash_attn_varlen, flash_attn_varlen_windowed};
+/// # use flash_attn_rocm::candle::{Device, Tensor};
+/// # fn max_diff(a: &Tensor, b: &Tensor) -> flash_attn_rocm::candle::Result<f32> {
+/// #     (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
+/// # }
+/// # let (dev, (h, d)) = (Device::Cpu, (4, 16));
+/// // Two sequences of 5 queries and 5 keys each, packed back to back.
+/// let seqlens = Tensor::new(&[0u32, 5, 10], &dev)?;
+/// # let q = Tensor::randn(0f32, 1.0, (10, h, d), &dev)?;
+/// # let k = Tensor::randn(0f32, 1.0, (10, h, d), &dev)?;
+/// # let v = Tensor::randn(0f32, 1.0, (10, h, d), &dev)?;
+///
+/// // (None, Some(0)) is the causal mask of each sequence.
+/// let windowed = flash_attn_varlen_windowed(&q, &k, &v, &seqlens, &seqlens, 5, 5, 0.25, None, Some(0))?;
+/// let causal = flash_attn_varlen(&q, &k, &v, &seqlens, &seqlens, 5, 5, 0.25, true)?;
+/// assert!(max_diff(&windowed, &causal)? < 1e-6);
+/// # Ok::<(), flash_attn_rocm::candle::Error>(())
+/// ```
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_windowed(
     q: &Tensor,
@@ -307,9 +401,9 @@ pub fn flash_attn_varlen_windowed(
 /// A decode step: one new query per sequence, attending to its cached keys, with pages of 16.
 ///
 /// ```
-/// use candle::{Device, IndexOp, Tensor};
+/// use flash_attn_rocm::candle::{Device, IndexOp, Tensor};
 /// use flash_attn_rocm::{flash_attn_varlen, flash_attn_varlen_paged_windowed};
-/// # fn max_diff(a: &Tensor, b: &Tensor) -> candle::Result<f32> {
+/// # fn max_diff(a: &Tensor, b: &Tensor) -> flash_attn_rocm::candle::Result<f32> {
 /// #     (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
 /// # }
 ///
@@ -335,7 +429,7 @@ pub fn flash_attn_varlen_windowed(
 /// let (k, v) = (gather(&k_cache)?, gather(&v_cache)?);
 /// let expected = flash_attn_varlen(&q, &k, &v, &seqlens_q, &seqlens_k, 1, 20, scale, true)?;
 /// assert!(max_diff(&out, &expected)? < 1e-5);
-/// # Ok::<(), candle::Error>(())
+/// # Ok::<(), flash_attn_rocm::candle::Error>(())
 /// ```
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_paged_windowed(
@@ -391,6 +485,31 @@ fn paged_op(
 ///
 /// Returns `(total_q, h, d)` in q's dtype; [errors](crate#errors) as [`flash_attn_varlen`] and
 /// [`flash_attn_alibi`].
+///
+/// # Example
+///
+/// ```
+/// use flash_attn_rocm::{flash_attn_alibi, flash_attn_varlen_alibi};
+/// # use flash_attn_rocm::candle::{Device, Tensor};
+/// # fn max_diff(a: &Tensor, b: &Tensor) -> flash_attn_rocm::candle::Result<f32> {
+/// #     (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
+/// # }
+/// # let (dev, (h, d)) = (Device::Cpu, (4, 16));
+/// // Two sequences of 5 queries and 5 keys each, packed back to back.
+/// let seqlens = Tensor::new(&[0u32, 5, 10], &dev)?;
+/// # let q = Tensor::randn(0f32, 1.0, (10, h, d), &dev)?;
+/// # let k = Tensor::randn(0f32, 1.0, (10, h, d), &dev)?;
+/// # let v = Tensor::randn(0f32, 1.0, (10, h, d), &dev)?;
+/// let slopes = Tensor::new(&[0.5f32, 0.25, 0.125, 0.0625], &dev)?;
+///
+/// let out = flash_attn_varlen_alibi(&q, &k, &v, &slopes, &seqlens, &seqlens, 5, 5, 0.25, true)?;
+///
+/// // Positions count per sequence: the same as a batch of two sequences of 5.
+/// let batch = |t: &Tensor| t.reshape((2, 5, h, d));
+/// let expected = flash_attn_alibi(&batch(&q)?, &batch(&k)?, &batch(&v)?, &slopes, 0.25, true)?;
+/// assert!(max_diff(&batch(&out)?, &expected)? < 1e-6);
+/// # Ok::<(), flash_attn_rocm::candle::Error>(())
+/// ```
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_alibi(
     q: &Tensor,
@@ -417,6 +536,33 @@ pub fn flash_attn_varlen_alibi(
 ///   [`flash_attn_windowed`].
 ///
 /// Returns `(total_q, h, d)` in q's dtype; [errors](crate#errors) as [`flash_attn_varlen_alibi`].
+///
+/// # Example
+///
+/// ```
+/// use flash_attn_rocm::{flash_attn_varlen_alibi, flash_attn_varlen_alibi_windowed};
+/// # use flash_attn_rocm::candle::{Device, Tensor};
+/// # fn max_diff(a: &Tensor, b: &Tensor) -> flash_attn_rocm::candle::Result<f32> {
+/// #     (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
+/// # }
+/// # let (dev, (h, d)) = (Device::Cpu, (4, 16));
+/// // Two sequences of 5 queries and 5 keys each, packed back to back.
+/// let seqlens = Tensor::new(&[0u32, 5, 10], &dev)?;
+/// # let q = Tensor::randn(0f32, 1.0, (10, h, d), &dev)?;
+/// # let k = Tensor::randn(0f32, 1.0, (10, h, d), &dev)?;
+/// # let v = Tensor::randn(0f32, 1.0, (10, h, d), &dev)?;
+/// let slopes = Tensor::new(&[0.5f32, 0.25, 0.125, 0.0625], &dev)?;
+///
+/// // A causal sliding window of 3 keys per query, within each sequence.
+/// let out = flash_attn_varlen_alibi_windowed(&q, &k, &v, &slopes, &seqlens, &seqlens, 5, 5, 0.25, Some(2), Some(0))?;
+/// assert_eq!(out.dims(), &[10, h, d]);
+///
+/// // (None, Some(0)) is causal.
+/// let windowed = flash_attn_varlen_alibi_windowed(&q, &k, &v, &slopes, &seqlens, &seqlens, 5, 5, 0.25, None, Some(0))?;
+/// let causal = flash_attn_varlen_alibi(&q, &k, &v, &slopes, &seqlens, &seqlens, 5, 5, 0.25, true)?;
+/// assert!(max_diff(&windowed, &causal)? < 1e-6);
+/// # Ok::<(), flash_attn_rocm::candle::Error>(())
+/// ```
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_alibi_windowed(
     q: &Tensor,
@@ -446,6 +592,30 @@ pub fn flash_attn_varlen_alibi_windowed(
 ///
 /// Returns `(total_q, h, d)` in q's dtype; [errors](crate#errors) as [`flash_attn_varlen`],
 /// plus bad slopes or softcap.
+///
+/// # Example
+///
+/// ```
+/// use flash_attn_rocm::{flash_attn_alibi_windowed_softcap, flash_attn_varlen_alibi_windowed_softcap};
+/// # use flash_attn_rocm::candle::{Device, Tensor};
+/// # fn max_diff(a: &Tensor, b: &Tensor) -> flash_attn_rocm::candle::Result<f32> {
+/// #     (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
+/// # }
+/// # let (dev, (h, d)) = (Device::Cpu, (4, 16));
+/// // Two sequences of 5 queries and 5 keys each, packed back to back.
+/// let seqlens = Tensor::new(&[0u32, 5, 10], &dev)?;
+/// # let q = Tensor::randn(0f32, 1.0, (10, h, d), &dev)?;
+/// # let k = Tensor::randn(0f32, 1.0, (10, h, d), &dev)?;
+/// # let v = Tensor::randn(0f32, 1.0, (10, h, d), &dev)?;
+///
+/// let out = flash_attn_varlen_alibi_windowed_softcap(&q, &k, &v, None, &seqlens, &seqlens, 5, 5, 0.25, None, Some(0), 30.0)?;
+///
+/// // The same as a batch of two sequences of 5.
+/// let batch = |t: &Tensor| t.reshape((2, 5, h, d));
+/// let expected = flash_attn_alibi_windowed_softcap(&batch(&q)?, &batch(&k)?, &batch(&v)?, None, 0.25, None, Some(0), 30.0)?;
+/// assert!(max_diff(&batch(&out)?, &expected)? < 1e-6);
+/// # Ok::<(), flash_attn_rocm::candle::Error>(())
+/// ```
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_alibi_windowed_softcap(
     q: &Tensor,
@@ -483,9 +653,9 @@ pub fn flash_attn_varlen_alibi_windowed_softcap(
 /// Attention over all keys equals the LSE-weighted merge of attention over two halves.
 ///
 /// ```
-/// use candle::{Device, Tensor};
+/// use flash_attn_rocm::candle::{Device, Tensor};
 /// use flash_attn_rocm::flash_attn_with_lse;
-/// # fn max_diff(a: &Tensor, b: &Tensor) -> candle::Result<f32> {
+/// # fn max_diff(a: &Tensor, b: &Tensor) -> flash_attn_rocm::candle::Result<f32> {
 /// #     (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
 /// # }
 ///
@@ -509,7 +679,7 @@ pub fn flash_attn_varlen_alibi_windowed_softcap(
 /// let weight = |l: &Tensor| (l - &lse)?.exp()?.transpose(1, 2)?.unsqueeze(3); // (b, s_q, h, 1)
 /// let merged = (out0.broadcast_mul(&weight(&lse0)?)? + out1.broadcast_mul(&weight(&lse1)?)?)?;
 /// assert!(max_diff(&merged, &out)? < 1e-5);
-/// # Ok::<(), candle::Error>(())
+/// # Ok::<(), flash_attn_rocm::candle::Error>(())
 /// ```
 pub fn flash_attn_with_lse(
     q: &Tensor,
@@ -532,6 +702,28 @@ pub fn flash_attn_with_lse(
 /// Returns `(out, lse)`: `out` is `(total_q, h, d)` in q's dtype; `lse` is f32 `(h, total_q)`,
 /// defined as in [`flash_attn_with_lse`]. [Errors](crate#errors) as
 /// [`flash_attn_varlen_alibi_windowed_softcap`].
+///
+/// # Example
+///
+/// ```
+/// use flash_attn_rocm::{flash_attn_varlen, flash_attn_varlen_with_lse};
+/// # use flash_attn_rocm::candle::{Device, Tensor};
+/// # fn max_diff(a: &Tensor, b: &Tensor) -> flash_attn_rocm::candle::Result<f32> {
+/// #     (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
+/// # }
+/// # let (dev, (h, d)) = (Device::Cpu, (4, 16));
+/// // Two sequences of 5 queries and 5 keys each, packed back to back.
+/// let seqlens = Tensor::new(&[0u32, 5, 10], &dev)?;
+/// # let q = Tensor::randn(0f32, 1.0, (10, h, d), &dev)?;
+/// # let k = Tensor::randn(0f32, 1.0, (10, h, d), &dev)?;
+/// # let v = Tensor::randn(0f32, 1.0, (10, h, d), &dev)?;
+///
+/// let (out, lse) = flash_attn_varlen_with_lse(&q, &k, &v, None, &seqlens, &seqlens, 5, 5, 0.25, None, Some(0), None)?;
+/// assert_eq!(lse.dims(), &[h, 10]); // (h, total_q)
+/// let causal = flash_attn_varlen(&q, &k, &v, &seqlens, &seqlens, 5, 5, 0.25, true)?;
+/// assert!(max_diff(&out, &causal)? < 1e-6);
+/// # Ok::<(), flash_attn_rocm::candle::Error>(())
+/// ```
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_with_lse(
     q: &Tensor,
@@ -562,6 +754,38 @@ pub fn flash_attn_varlen_with_lse(
 /// Returns `(out, lse)`: `out` is `(total_q, h, d)` in q's dtype; `lse` is f32 `(h, total_q)`,
 /// defined as in [`flash_attn_with_lse`]. [Errors](crate#errors) as
 /// [`flash_attn_varlen_paged_windowed`].
+///
+/// # Example
+///
+/// ```
+/// use flash_attn_rocm::candle::{Device, Tensor};
+/// use flash_attn_rocm::{flash_attn_varlen_paged_windowed_with_lse, flash_attn_varlen_with_lse};
+/// # fn max_diff(a: &Tensor, b: &Tensor) -> flash_attn_rocm::candle::Result<f32> {
+/// #     (a - b)?.abs()?.max_all()?.to_scalar::<f32>()
+/// # }
+///
+/// let dev = Device::Cpu;
+/// let (h, d, page) = (2, 32, 16);
+/// // One sequence of 16 cached keys, all in page 1 of a 2-page cache; one new query.
+/// let k_cache = Tensor::randn(0f32, 1.0, (2, page, h, d), &dev)?;
+/// let v_cache = Tensor::randn(0f32, 1.0, (2, page, h, d), &dev)?;
+/// let block_table = Tensor::new(&[[1u32]], &dev)?;
+/// let (seqlens_q, seqlens_k) = (Tensor::new(&[0u32, 1], &dev)?, Tensor::new(&[0u32, 16], &dev)?);
+/// let q = Tensor::randn(0f32, 1.0, (1, h, d), &dev)?;
+///
+/// let (out, lse) = flash_attn_varlen_paged_windowed_with_lse(
+///     &q, &k_cache, &v_cache, &seqlens_q, &seqlens_k, &block_table, None,
+///     1, 16, 0.125, None, Some(0), page, None,
+/// )?;
+/// assert_eq!(lse.dims(), &[h, 1]);
+///
+/// // The same as varlen attention over page 1 itself.
+/// let (k, v) = (k_cache.get(1)?, v_cache.get(1)?);
+/// let (expected, expected_lse) =
+///     flash_attn_varlen_with_lse(&q, &k, &v, None, &seqlens_q, &seqlens_k, 1, 16, 0.125, None, Some(0), None)?;
+/// assert!(max_diff(&out, &expected)? < 1e-6 && max_diff(&lse, &expected_lse)? < 1e-6);
+/// # Ok::<(), flash_attn_rocm::candle::Error>(())
+/// ```
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attn_varlen_paged_windowed_with_lse(
     q: &Tensor,
@@ -607,7 +831,7 @@ pub fn flash_attn_varlen_paged_windowed_with_lse(
 /// # Example: a serving loop
 ///
 /// ```
-/// use candle::{DType, Device, Tensor};
+/// use flash_attn_rocm::candle::{DType, Device, Tensor};
 ///
 /// let dev = Device::Cpu; // a ROCm or CUDA device in a GPU build
 /// let (h, d, page) = (4, 64, 16);
@@ -627,7 +851,7 @@ pub fn flash_attn_varlen_paged_windowed_with_lse(
 ///     flash_attn_rocm::take_gpu_faults()?;
 ///     # let _ = step;
 /// }
-/// # Ok::<(), candle::Error>(())
+/// # Ok::<(), flash_attn_rocm::candle::Error>(())
 /// ```
 pub fn take_gpu_faults() -> Result<()> {
     #[cfg(feature = "triton")]

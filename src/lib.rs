@@ -33,7 +33,7 @@
 //! `candle-rocm` and the tensors on a ROCm device.
 //!
 //! ```
-//! use candle::{DType, Device, Tensor};
+//! use flash_attn_rocm::candle::{DType, Device, Tensor};
 //! use flash_attn_rocm::flash_attn;
 //!
 //! let dev = Device::Cpu;
@@ -47,7 +47,7 @@
 //! let out = flash_attn(&q, &k, &v, softmax_scale, /* causal */ true)?;
 //! assert_eq!(out.dims(), &[batch, seq_len, heads, head_dim]);
 //! assert_eq!(out.dtype(), DType::F16);
-//! # Ok::<(), candle::Error>(())
+//! # Ok::<(), flash_attn_rocm::candle::Error>(())
 //! ```
 //!
 //! # Layouts and dtypes
@@ -127,6 +127,8 @@
 //!   [`flash_attn`] (batch), [`flash_attn_varlen`] (varlen), [`flash_attn_varlen_paged_windowed`]
 //!   (paged cache), [`flash_attn_with_lse`] (log-sum-exp, for merging partial results), and the
 //!   [`FlashAttn`] op for `q.apply_op3(k, v, op)`.
+//! - Which backend and kernels serve a call: [`explain()`] (without running it), or
+//!   `FLASH_ATTN_ROCM_LOG=1` for a line per call on stderr.
 //! - Low level: [`params`] validates a call and normalizes it into one [`params::AttnCall`]
 //!   that every backend consumes; [`cpu`] runs it on host memory; [`rocm`] (CK arguments and
 //!   dispatch, `rocm::fmha_fwd` with feature `rocm`) and [`triton`] (our kernels' registry,
@@ -136,6 +138,7 @@
 
 mod api;
 pub mod cpu;
+mod explain;
 #[cfg(feature = "triton")]
 pub mod glue;
 #[cfg(feature = "triton")]
@@ -146,4 +149,9 @@ pub mod rocm;
 pub mod triton;
 
 pub use api::*;
+/// candle-core, as this crate names it: the same crate (and types) as a user's `candle_core`
+/// dependency of a matching version, so `flash_attn_rocm::candle::Tensor` is `candle_core::Tensor`.
+/// The examples in these docs use this path, so that they compile pasted into any crate.
+pub use candle;
+pub use explain::{explain, Backend, Dispatch, ENV_LOG};
 pub use op::FlashAttn;

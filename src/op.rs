@@ -19,7 +19,7 @@ use candle::{CpuStorage, Layout, Result, Shape, Storage, Tensor};
 /// # Example
 ///
 /// ```
-/// use candle::{Device, Tensor};
+/// use flash_attn_rocm::candle::{Device, Tensor};
 /// use flash_attn_rocm::{flash_attn_windowed, FlashAttn};
 ///
 /// let dev = Device::Cpu;
@@ -41,7 +41,7 @@ use candle::{CpuStorage, Layout, Result, Shape, Storage, Tensor};
 /// let diff = (&out - &expected)?.abs()?.max_all()?.to_scalar::<f32>()?;
 /// assert!(diff < 1e-6);
 /// assert_eq!(q.apply_op3(&k, &v, op)?.dims(), &[b, s, h, d]);
-/// # Ok::<(), candle::Error>(())
+/// # Ok::<(), flash_attn_rocm::candle::Error>(())
 /// ```
 pub struct FlashAttn {
     /// Multiplies the logits `q · k`; usually `1 / sqrt(head_dim)`. Must be finite.
@@ -125,6 +125,7 @@ fn cpu_forward(
         return Ok((out, want_lse.then_some(lse), call));
     }
     let call = AttnCall::new(req, [q.dtype(), k.dtype(), v.dtype()], q_l, k_l, v_l)?;
+    crate::explain::chosen(|| crate::cpu::dispatch(&call))?;
     let (out, lse) = crate::cpu::forward(&call, q, k, v, want_lse)?;
     Ok((out, lse, call))
 }

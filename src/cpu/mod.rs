@@ -74,6 +74,28 @@ pub fn forward(
     })
 }
 
+/// What [`forward`] will run `call` with: the instruction set and the work plan it computes
+/// (the same functions, called once more: only under `explain` or `FLASH_ATTN_ROCM_LOG`).
+pub(crate) fn dispatch(call: &AttnCall) -> Result<crate::Dispatch> {
+    let isa = detect_isa()?;
+    let plan = Plan::new(call);
+    let splits = plan.items.iter().map(|item| item.splits).max().unwrap_or(1);
+    // A small call runs on the calling thread (see `run_all`).
+    let threads = if plan.is_small() { 1 } else { rayon::current_num_threads() };
+    Ok(crate::Dispatch::cpu(call, isa.name(), plan.items.len(), splits, threads))
+}
+
+/// The name of the instruction set [`forward`] runs with (for tests of [`crate::explain`]).
+#[cfg(test)]
+pub(crate) fn dispatch_isa_name() -> Result<&'static str> {
+    Ok(detect_isa()?.name())
+}
+
+/// This CPU's instruction set for the kernel, or the one `FLASH_ATTN_ROCM_CPU_ISA` forces.
+fn detect_isa() -> Result<Isa> {
+    Isa::detect().map_err(|e| candle::Error::Msg(format!("flash-attn: {e}")))
+}
+
 /// A raw output pointer shared by the blocks, each of which writes disjoint rows.
 #[derive(Clone, Copy)]
 struct SharedMut<T>(*mut T);
@@ -242,7 +264,7 @@ fn run_all<T: Element>(inp: &Inputs<'_, T>, want_lse: bool) -> Result<(Vec<T>, O
     };
     let writer = Writer { call, out: SharedMut(out.as_mut_ptr()), out_len: out.len(), lse: SharedMut(lse.as_mut_ptr()), lse_len: lse.len(), want_lse };
     let plan = Plan::new(call);
-    let isa = Isa::detect().map_err(|e| candle::Error::Msg(format!("flash-attn: {e}")))?;
+    let isa = detect_isa()?;
     let work = |item: &Item| -> Option<Partial> {
         SCRATCH.with(|cell| {
             let mut s = cell.borrow_mut();

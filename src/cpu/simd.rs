@@ -48,6 +48,16 @@ impl Isa {
         }
     }
 
+    /// The name [`crate::Dispatch::variant`] gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Avx512Amx => "avx512-amx",
+            Isa::Avx512 => "avx512",
+            Isa::Avx2 => "avx2",
+            Isa::Portable => "portable",
+        }
+    }
+
     fn best() -> Isa {
         #[cfg(target_arch = "x86_64")]
         {

@@ -19,8 +19,10 @@ use crate::triton::DeviceInfo;
 use crate::params::{AttnCall, Request};
 use crate::rocm::dispatch::{choose, KernelChoice, KernelFamily};
 use crate::rocm::{lse_buffer_required, DeviceBuffers};
+use crate::explain::GpuWork;
+use crate::Dispatch;
 use candle::{DType, Layout, Result, Tensor};
-use scratch::Scratch;
+use scratch::{Scratch, Work};
 
 /// A GPU device as the forward path needs it. Everything it queues goes on [`GpuDevice::stream`],
 /// and the allocator must order the reuse of a freed buffer after the work queued on that
@@ -34,7 +36,7 @@ use scratch::Scratch;
 /// buffer type and wrap the output into its storage):
 ///
 /// ```no_run
-/// use candle::{DType, Layout, Result, Tensor};
+/// use flash_attn_rocm::candle::{DType, Layout, Result, Tensor};
 /// use flash_attn_rocm::glue::{forward, GpuDevice, Inputs};
 /// use flash_attn_rocm::gpu::{DeviceBuffer, Driver};
 /// use flash_attn_rocm::params::Request;
@@ -187,14 +189,8 @@ fn queue<D: GpuDevice>(
     inputs: &Inputs<'_>,
     want_lse: bool,
 ) -> Result<(D::Buffer, Option<D::Buffer>)> {
-    let family = choose(call, &info.arch, info.limits, KernelChoice::from_env()?, &built())?;
-    // Both families read the seqlens and block table where they lie and check them there (CK:
-    // the guard kernel; Triton: the kernels themselves), reporting to this thread's fault slot
-    // for the stream. Out-of-range values found in this thread's earlier call on this stream
-    // fail this one, without synchronizing; other threads' and streams' calls are not seen.
-    let stream = device.stream();
-    crate::rocm::faults_to_result(driver.take_stream_faults(stream))?;
-    let fault = driver.fault_slot(stream)?.device_addr();
+    let built = built();
+    let family = choose(call, &info.arch, info.limits, KernelChoice::from_env()?, &built)?;
     // Rows of sequences are written by the kernels; rows past the last sequence get what the
     // CPU backend returns (output 0, LSE -inf). CK is not launched for a call without keys
     // (flash-attention's CK backend skips seqlen_k == 0), so its rows are prefilled too. With
@@ -207,6 +203,17 @@ fn queue<D: GpuDevice>(
         KernelFamily::Ck => any_keys,
         KernelFamily::Triton(_) => true,
     };
+    let work = if launched { Work::plan(call, family, info.units)? } else { Work::Nothing };
+    // Told (and, under `explain`, stopped) before anything with a side effect: the fault slots
+    // below, the allocations.
+    crate::explain::chosen(|| Ok(dispatch(driver, device.ordinal(), info, call, (family, &built), &work)))?;
+    // Both families read the seqlens and block table where they lie and check them there (CK:
+    // the guard kernel; Triton: the kernels themselves), reporting to this thread's fault slot
+    // for the stream. Out-of-range values found in this thread's earlier call on this stream
+    // fail this one, without synchronizing; other threads' and streams' calls are not seen.
+    let stream = device.stream();
+    crate::rocm::faults_to_result(driver.take_stream_faults(stream))?;
+    let fault = driver.fault_slot(stream)?.device_addr();
     let prefill = !launched || rows_written < call.total_q;
     let mut out = device.alloc(call.dtype, call.total_q * call.num_heads * call.head_dim, prefill)?;
     let lse_len: usize = call.lse_dims().iter().product();
@@ -214,7 +221,7 @@ fn queue<D: GpuDevice>(
     // and the Triton kernels always); dropped after the call.
     let lse_buffer = want_lse || matches!(family, KernelFamily::Triton(_)) || lse_buffer_required(call);
     let mut lse = lse_buffer.then(|| device.alloc(DType::F32, lse_len, false)).transpose()?;
-    let mut scratch = if launched { Scratch::plan(device, call, family, info.units)? } else { Scratch::none() };
+    let mut scratch = Scratch::allocate(device, call, work)?;
     // The kernels read a block-table row as consecutive ids; the CPU backend takes any strides,
     // so a table whose last dim is strided is copied (on its device) rather than refused.
     let table = req.varlen.and_then(|v| v.block_table).map(|t| if unit_row_stride(t.layout()) { Ok(t.clone()) } else { t.contiguous() }).transpose()?;
@@ -246,6 +253,25 @@ fn queue<D: GpuDevice>(
     })?;
     drop(scratch);
     Ok((out, lse.filter(|_| want_lse)))
+}
+
+/// What `work` (planned for `call` on the current device of `driver`, `ordinal`) runs, as
+/// [`crate::explain`] reports it.
+fn dispatch(
+    driver: &Driver,
+    ordinal: i32,
+    info: &DeviceInfo,
+    call: &AttnCall,
+    (family, built): (KernelFamily, &crate::rocm::dispatch::Built),
+    work: &Work,
+) -> Dispatch {
+    let device = format!("{}:{ordinal}:{}", driver.api(), info.arch);
+    let work = match work {
+        Work::Nothing => GpuWork::Nothing(family),
+        Work::Triton(plan) => GpuWork::Triton(plan),
+        Work::Ck { split, .. } => GpuWork::Ck { tile: built.ck_fwd_tile(call.head_dim).unwrap_or(call.head_dim), split: split.as_ref() },
+    };
+    Dispatch::gpu(device, &info.arch, call, work)
 }
 
 /// The request's side tensors the kernels read in place, in the order

@@ -31,53 +31,42 @@ pub(super) struct Scratch<B> {
 }
 
 impl<B> Scratch<B> {
-    /// For a call that launches nothing.
-    pub(super) fn none() -> Self {
-        Scratch { work: Work::Nothing, buffers: Vec::new() }
-    }
-
-    /// Plans `family`'s launch of `call` over `units` compute units and allocates its scratch.
-    pub(super) fn plan<D: GpuDevice<Buffer = B>>(device: &D, call: &AttnCall, family: KernelFamily, units: usize) -> Result<Self> {
-        let f32_buffers = |lens: &[usize]| lens.iter().map(|&len| device.alloc(DType::F32, len, false)).collect::<Result<Vec<_>>>();
-        match family {
-            KernelFamily::Triton(kernels) => {
-                let plan = Plan::new(call, kernels, units)?;
-                let (l_len, o_len) = plan.scratch_lens(call);
-                let buffers = if plan.num_splits > 1 { f32_buffers(&[l_len, o_len])? } else { Vec::new() };
-                Ok(Scratch { work: Work::Triton(plan), buffers })
-            }
-            KernelFamily::Ck => Self::plan_ck(device, call, units),
-        }
-    }
-
-    #[cfg(feature = "rocm")]
-    fn plan_ck<D: GpuDevice<Buffer = B>>(device: &D, call: &AttnCall, units: usize) -> Result<Self> {
-        use crate::params::Mode;
-        let guard = call.mode != Mode::Batch;
+    /// Allocates the scratch buffers `work` (planned for `call`) uses, in its order.
+    pub(super) fn allocate<D: GpuDevice<Buffer = B>>(device: &D, call: &AttnCall, work: Work) -> Result<Self> {
+        let f32_buffer = |len: usize| device.alloc(DType::F32, len, false);
         let mut buffers = Vec::new();
-        if guard {
-            buffers.push(device.alloc(DType::U32, crate::rocm::guard_scratch_len(call), false)?);
+        match &work {
+            Work::Nothing => {}
+            Work::Triton(plan) => {
+                if plan.num_splits > 1 {
+                    let (l_len, o_len) = plan.scratch_lens(call);
+                    buffers.extend([f32_buffer(l_len)?, f32_buffer(o_len)?]);
+                }
+            }
+            Work::Ck { guard, split } => {
+                if *guard {
+                    buffers.push(device.alloc(DType::U32, crate::rocm::guard_scratch_len(call), false)?);
+                }
+                if let Some(split) = split {
+                    let (lse_len, o_len) = crate::rocm::split_kv_scratch_lens(call, split);
+                    buffers.extend([f32_buffer(lse_len)?, f32_buffer(o_len)?]);
+                }
+            }
         }
-        let split = match call.mode {
-            Mode::Paged => Some(crate::rocm::plan_split_kv(call, crate::rocm::CK_SPLITKV_HDIMS, units)?),
-            _ => None,
-        };
-        if let Some(split) = &split {
-            let (lse_len, o_len) = crate::rocm::split_kv_scratch_lens(call, split);
-            buffers.push(device.alloc(DType::F32, lse_len, false)?);
-            buffers.push(device.alloc(DType::F32, o_len, false)?);
-        }
-        Ok(Scratch { work: Work::Ck { guard, split }, buffers })
+        Ok(Scratch { work, buffers })
     }
-
-    #[cfg(not(feature = "rocm"))]
-    fn plan_ck<D: GpuDevice<Buffer = B>>(_device: &D, _call: &AttnCall, _units: usize) -> Result<Self> {
-        candle::bail!("flash-attn-rocm: CK kernels are only built with the `rocm` feature")
-    }
-
 }
 
 impl Work {
+    /// Plans `family`'s launch of `call` over `units` compute units (pure: no allocation), so
+    /// that what the call will run can be told ([`crate::explain`]) before anything is done.
+    pub(super) fn plan(call: &AttnCall, family: KernelFamily, units: usize) -> Result<Self> {
+        match family {
+            KernelFamily::Triton(kernels) => Ok(Work::Triton(Plan::new(call, kernels, units)?)),
+            KernelFamily::Ck => plan_ck(call, units),
+        }
+    }
+
     /// Queues the family's kernels on `buffers.stream`, with `addrs` the device addresses of
     /// the scratch buffers planned with this work. The device is current, and every address in `buffers` is a live
     /// allocation of it checked against `call` (the caller's contract, see `super::queue`).
@@ -104,6 +93,23 @@ impl Work {
             _ => unreachable!("the scratch was planned for this family"),
         }
     }
+}
+
+/// CK's work for `call`: the side-tensor guard when the call has seqlens, and the split-KV plan
+/// for paged calls.
+#[cfg(feature = "rocm")]
+fn plan_ck(call: &AttnCall, units: usize) -> Result<Work> {
+    use crate::params::Mode;
+    let split = match call.mode {
+        Mode::Paged => Some(crate::rocm::plan_split_kv(call, crate::rocm::CK_SPLITKV_HDIMS, units)?),
+        _ => None,
+    };
+    Ok(Work::Ck { guard: call.mode != Mode::Batch, split })
+}
+
+#[cfg(not(feature = "rocm"))]
+fn plan_ck(_call: &AttnCall, _units: usize) -> Result<Work> {
+    candle::bail!("flash-attn-rocm: CK kernels are only built with the `rocm` feature")
 }
 
 /// Queues CK's kernels, the side-tensor guard first when the call has seqlens.

@@ -69,14 +69,18 @@ pub struct Built<'a> {
 }
 
 impl Built<'_> {
+    /// The CK forward tile that serves `head_dim`: CK's dispatcher takes the smallest built
+    /// tile that holds it.
+    pub fn ck_fwd_tile(&self, head_dim: usize) -> Option<usize> {
+        self.ck_hdims.split(',').filter_map(|h| h.trim().parse::<usize>().ok()).filter(|&t| t >= head_dim).min()
+    }
+
     /// Why CK cannot serve `call` on `arch`, or `None` when it can.
     fn ck_refusal(&self, call: &AttnCall, arch: &str) -> Option<String> {
         if !self.ck_archs.split(',').any(|a| a == arch) {
             return Some(format!("CK was built for [{}], not {arch}", self.ck_archs));
         }
-        // CK's dispatcher serves a head dim with the smallest tile that holds it.
-        let tiles = self.ck_hdims.split(',').filter_map(|h| h.parse::<usize>().ok());
-        if !tiles.clone().any(|t| t >= call.head_dim) {
+        if self.ck_fwd_tile(call.head_dim).is_none() {
             return Some(format!("no CK head-dim tile >= {} was built ({})", call.head_dim, self.ck_hdims));
         }
         // Paged calls run on the smallest built split-KV tile that holds the head dim.
@@ -126,7 +130,7 @@ mod tests {
     fn images(target: &'static str) -> &'static [KernelImage] {
         let image = |family, tile, block_d, even_d| KernelImage {
             target,
-            variant: "test",
+            variant: if family == Family::Merge { "merge_test" } else { "fwd_test" },
             kernel: "k",
             family,
             tile,
@@ -213,6 +217,46 @@ mod tests {
         assert!(err.contains("split-KV tile >= 96") && err.contains("FLASH_ATTN_ROCM_HDIMS"), "{err}");
         // The non-paged call of that head dim still runs on CK's 96 forward tile.
         assert!(matches!(choose(&call(96), "gfx942", LDS_64_KIB, KernelChoice::Ck, &only_96).unwrap(), KernelFamily::Ck));
+    }
+
+    /// One query row per sequence against `keys` keys: a decode call.
+    fn decode_call(d: usize, keys: usize) -> AttnCall {
+        let req = Request { softmax_scale: 0.1, alibi_slopes: None, window_size_left: None, window_size_right: Some(0), softcap: None, varlen: None };
+        let q = Tensor::zeros((1, 1, 4, d), DType::F16, &Device::Cpu).unwrap();
+        let kv = Tensor::zeros((1, keys, 4, d), DType::F16, &Device::Cpu).unwrap();
+        AttnCall::new(&req, [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap()
+    }
+
+    /// What `explain` and `FLASH_ATTN_ROCM_LOG` report for a GPU call comes from `choose` and
+    /// the launch plan, as `glue::queue` makes them.
+    #[test]
+    fn the_reported_dispatch_is_the_chosen_one() {
+        use crate::explain::GpuWork;
+        use crate::triton::Plan;
+        use crate::{Backend, Dispatch};
+        let built = Built { ck_archs: "gfx942", ck_hdims: "64,128", ck_splitkv_hdims: "64,128", triton: images("gfx942") };
+        let device = || "HIP:0:gfx942".to_owned();
+        // CK serves head dim 40 with its 64 tile.
+        let ck_call = call(40);
+        assert!(matches!(choose(&ck_call, "gfx942", LDS_64_KIB, KernelChoice::Auto, &built).unwrap(), KernelFamily::Ck));
+        let tile = built.ck_fwd_tile(ck_call.head_dim).unwrap();
+        let ck = Dispatch::gpu(device(), "gfx942", &ck_call, GpuWork::Ck { tile, split: None });
+        assert_eq!((ck.backend, ck.variant.as_str(), ck.splits), (Backend::Ck, "fmha_fwd_d64", 1));
+        assert_eq!(ck.call, "batch f16 b=1 h=4 h_k=4 d=40 s_q=100 s_k=100");
+        // Triton serves head dim 256 (no CK tile); one query row against 32k keys splits them.
+        for (call, split) in [(call(256), false), (decode_call(256, 32768), true)] {
+            let KernelFamily::Triton(kernels) = choose(&call, "gfx942", LDS_64_KIB, KernelChoice::Auto, &built).unwrap() else {
+                panic!("head dim 256 should go to Triton")
+            };
+            let plan = Plan::new(&call, kernels, 304).unwrap();
+            let triton = Dispatch::gpu(device(), "gfx942", &call, GpuWork::Triton(&plan));
+            assert_eq!((triton.backend, triton.target.as_str(), triton.variant.as_str()), (Backend::Triton, "gfx942", "fwd_test"));
+            assert_eq!(triton.splits, plan.num_splits);
+            assert_eq!(triton.splits > 1, split, "{triton}");
+            assert_eq!(triton.merge.as_deref(), split.then_some("merge_test"));
+            let line = triton.to_string();
+            assert!(line.starts_with("flash-attn-rocm: backend=triton device=HIP:0:gfx942 target=gfx942 variant=fwd_test"), "{line}");
+        }
     }
 
     #[test]

@@ -55,9 +55,14 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   loop (d <= 128), at the occupancy AMD's own kernel runs at (waves_per_eu 6 on RDNA, 2 on
 #   gfx942: without the hint LLVM spends all 256 VGPRs and spills at 128-row tiles).
 # - d = 256 spills with nearly every tile that has no repeated work (so does AMD's kernel on
-#   RDNA, at 128x64): gfx11 keeps 128x32 (22.1 instructions per 4096 MACs against AMD's 20.0,
-#   39 scratch loads in the key loop against its 35); gfx12 128x16, the one without key-loop
-#   spills (16.6 against 14.0; 128x32 gives 14.3 with 10 scratch loads in the loop).
+#   RDNA, at 128x64): gfx11 keeps 128x32 (gfx1100 21.9 instructions per 4096 MACs against AMD's
+#   20.0, 39 scratch loads in the key loop against its 35; gfx1103 at waves_per_eu 4 22.0, 36
+#   loads, against AMD's 26.0 with 24 stores and 84 loads); gfx12 128x16 (16.7 against 14.0; f16
+#   without key-loop scratch, bf16 2 loads; 128x32 gave 14.3 with 10 before the scale fold).
+# - gfx1151 (RDNA 3.5) has gfx1100's register file and takes its tiles; AMD's kernel has a config
+#   of its own there (128x64, waves_per_eu 2): ours issues as many at d = 128 (21.8 / 24.6 against
+#   22.2 / 25.4, 6 waves both), 1.11x / 1.07x at d = 64 (24.8 / 28.9 against 22.3 / 26.9, 7 waves
+#   against 5) for gfx1100's reason below, 1.09x / 1.07x at d = 256 (6 waves against 5).
 # - Where no tile gives both AMD's occupancy and at most its instructions, fewer instructions
 #   win unless the occupancy gap is large. gfx12 d = 64: 128x32 (f16 18.0, bf16 22.2 per 4096
 #   MACs against AMD's 19.2 / 23.1; 10 waves per SIMD against its 12) over 128x64 (15.5 / 19.4,
@@ -69,7 +74,8 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   (f16 20.1 against 128x32's 20.8, bf16 22.5 against 22.9), at 6 waves either way.
 # - The softmax (attention.py's _attend) takes the row maximum on the unscaled scores and folds
 #   the scale into the exponent's FMA, as AMD's kernel does: gfx1100 d = 64 f16 hot loop 398 to
-#   394 instructions per 16 WMMAs (24.9 to 24.6 per 4096 MACs, bf16 29.4 to 29.1). The rest of
+#   394 instructions per 16 WMMAs (24.9 to 24.6 per 4096 MACs, bf16 29.4 to 29.1; d = 128 22.4 /
+#   25.3 to 21.9 / 24.6, below AMD's 22.2 / 25.6). The rest of
 #   the gap to AMD's 22.6 / 27.2 there is its 64-key tile: ours at 128x64 holds 168 VGPRs
 #   (9 waves) and waits on every pair of LDS operand loads (164 s_waitcnt per 32 WMMAs against
 #   AMD's 31 at 240 VGPRs), 26.3 per 4096; with triton's schedule_hint "memory-bound-attention"

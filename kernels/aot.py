@@ -33,8 +33,19 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 # num_stages and an occupancy hint (0: none): waves_per_eu on AMD, maxnreg (registers per thread)
 # on NVIDIA. Kernel classes: "prefill"
 # (the plain variants), "prefill_paged" (the plain paged ones, where a family has its own),
-# "prefill_x" (with ALiBi/softcap/mm_prefix_ranges, which hold more registers; flat and paged)
-# and "decode" (16 query rows, plain features).
+# "prefill_x" (with ALiBi/softcap/mm_prefix_ranges, which hold more registers; flat and paged),
+# "decode" (16 query rows; with the extras where decode_extras allows) and "decode_paged" (the
+# paged decode variants, where a family has its own). The `_b32` twins take their variant's tile.
+#
+# Families follow the register file, not the product name. LLVM (AMDGPUBaseInfo.cpp,
+# getTotalNumVGPRs / getVGPRAllocGranule: Feature1_5xVGPRs, formerly FeatureGFX11FullVGPRs) gives
+# gfx1100, gfx1101, gfx1151 and both gfx12 parts 1536 VGPRs per SIMD lane-slice in granules of
+# 24 (waves_per_eu 6: 240 VGPRs a wave), and gfx1102, gfx1103, gfx1150, gfx1152 and every gfx103x
+# part 1024 in granules of 16 (waves_per_eu 6: 160). Checked with triton 3.6: gfx1200 compiles
+# gfx1201's d = 128 prefill at 198 VGPRs under waves_per_eu 6 as gfx1201 does, gfx1031 caps the
+# same kernel at 160 as gfx1030 does. So RDNA 3 has two families ("rdna3": gfx1100, gfx1101,
+# gfx1151; "rdna3_small": the rest, RDNA3_FULL_VGPRS), RDNA 4 and RDNA 2 one each (RDNA 2's tiles
+# were already chosen within 160 VGPRs; gfx1031-gfx1036 run gfx1030's code objects).
 #
 # Chosen from scripts/kernel_report.py's figures (triton 3.6), not from spill counts alone:
 # - A matrix instruction covers 16 query rows per wave (WMMA 16x16x16; MFMA 32x32x8 or
@@ -45,19 +56,55 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   loop (d <= 128), at the occupancy AMD's own kernel runs at (waves_per_eu 6 on RDNA, 2 on
 #   gfx942: without the hint LLVM spends all 256 VGPRs and spills at 128-row tiles).
 # - d = 256 spills with nearly every tile that has no repeated work (so does AMD's kernel on
-#   RDNA, at 128x64): gfx11 keeps 128x32 (22.1 instructions per 4096 MACs against AMD's 20.0,
-#   39 scratch loads in the key loop against its 35); gfx12 128x16, the one without key-loop
-#   spills (16.6 against 14.0; 128x32 gives 14.3 with 10 scratch loads in the loop).
+#   RDNA, at 128x64): gfx11 keeps 128x32 (gfx1100 21.9 instructions per 4096 MACs against AMD's
+#   20.0, 39 scratch loads in the key loop against its 35; gfx1103 at waves_per_eu 4 22.0, 36
+#   loads, against AMD's 26.0 with 24 stores and 84 loads); gfx12 128x16 (16.7 against 14.0; f16
+#   without key-loop scratch, bf16 2 loads; 128x32 gave 14.3 with 10 before the scale fold).
+# - gfx1151 (RDNA 3.5) has gfx1100's register file and takes its tiles; AMD's kernel has a config
+#   of its own there (128x64, waves_per_eu 2): ours issues as many at d = 128 (21.8 / 24.6 against
+#   22.2 / 25.4, 6 waves both), 1.11x / 1.07x at d = 64 (24.8 / 28.9 against 22.3 / 26.9, 7 waves
+#   against 5) for gfx1100's reason below, 1.09x / 1.07x at d = 256 (6 waves against 5).
 # - Where no tile gives both AMD's occupancy and at most its instructions, fewer instructions
-#   win unless the occupancy gap is large. gfx12 d = 64: 128x32 (f16 18.1, bf16 22.4 per 4096
-#   MACs against AMD's 19.2 / 23.1; 10 waves per SIMD against its 12) over 128x64 (15.9 / 19.8,
-#   7 waves); waves_per_eu 12 gives 12 waves at 20.6 / 25.5. gfx12 d = 128: 128x32 at 6 waves
-#   (14.3 / 16.3 against AMD's 14.7 / 16.7 at 7); waves_per_eu 7 gives 7 at 16.1 / 18.5.
+#   win unless the occupancy gap is large. gfx12 d = 64: 128x32 (f16 18.0, bf16 22.2 per 4096
+#   MACs against AMD's 19.2 / 23.1; 10 waves per SIMD against its 12) over 128x64 (15.5 / 19.4,
+#   7 waves); waves_per_eu 12 gives 12 waves at 20.4 / 25.9: at 120 VGPRs LLVM issues the K/V
+#   operand loads from LDS two at a time and waits on each pair (48 s_wait_dscnt per 16 WMMAs
+#   against AMD's kernel's 25, which holds 112 VGPRs at waves_per_eu 6). gfx12 d = 128: 128x64
+#   reaches AMD's 7 waves (198 VGPRs) at 14.3 / 17.1 against its 14.7 / 16.7 (128x32: 14.3 /
+#   16.1 at 6 waves; waves_per_eu 7 on 128x32: 16.0 / 18.8); its paged variants issue fewer too
+#   (f16 20.1 against 128x32's 20.8, bf16 22.5 against 22.9), at 6 waves either way.
+# - The softmax (attention.py's _attend) takes the row maximum on the unscaled scores and folds
+#   the scale into the exponent's FMA, as AMD's kernel does: gfx1100 d = 64 f16 hot loop 398 to
+#   394 instructions per 16 WMMAs (24.9 to 24.6 per 4096 MACs, bf16 29.4 to 29.1; d = 128 22.4 /
+#   25.3 to 21.9 / 24.6, below AMD's 22.2 / 25.6). The rest of
+#   the gap to AMD's 22.6 / 27.2 there is its 64-key tile: ours at 128x64 holds 168 VGPRs
+#   (9 waves) and waits on every pair of LDS operand loads (164 s_waitcnt per 32 WMMAs against
+#   AMD's 31 at 240 VGPRs), 26.3 per 4096; with triton's schedule_hint "memory-bound-attention"
+#   128x64 reaches 21.3 (f16) at 5 waves and spills (bf16 32.3), 128x32 24.1. So gfx1100 d = 64
+#   keeps 128x32: 7 waves per SIMD against AMD's 6.
+# - rdna3_small (gfx1103 figures, f16; bf16 checked without key-loop scratch): waves_per_eu is
+#   the register budget, and 4 gives these parts 256 VGPRs, what 6 gives gfx1100 (240): at
+#   d >= 128 every class keeps gfx1100's tile at 4 waves. No tile keeps the d = 128 key loop out
+#   of scratch at 5 or 6 waves (prefill 128x64 at 5: 23 scratch loads in the loop, 128x32 at 5:
+#   7, 128x16 at 6: 16, 64x16 at 6: 9); AMD's kernel, compiled for gfx1103 at its RDNA default
+#   (128x32, waves_per_eu 6), runs 6 waves by reading scratch 26 times per key tile (26.3 per
+#   4096 MACs against ours 21.8 at 4 waves). d = 64 prefill 128x32 at 7 (28.5 at 7 waves, against
+#   AMD's 30.4 at 8: at 8 ours reloads 4 in the loop, 128x16 at 8 issues 36.0); paged at 6 (22
+#   spills outside the loop at 7); extras 128x32 at 4 (77.1; at 5 and more the loop reloads,
+#   64x16 at 5 issues 87.6); decode at 4 (at 5 and 6 some decode variant reloads in its loop,
+#   e.g. paged_b32 4 at 6, flat_x_b32 4 at 5). Paged decode d = 128: 32x16 over 2 waves, 16 rows
+#   each (the one-wave 16x16 tile reloads 14 times in its loop at every waves_per_eu from 2 to
+#   4). d = 32: gfx1100's tiles at 6, none of which reads scratch in a key loop there.
 # - Paged variants compute a gather address per key: where the flat tile spills in the key
 #   loop once paged (gfx11 and gfx942 at d = 128), the paged ones get 32-key tiles.
 # - Decode: one wave of 16 rows (the GQA group of one or a few tokens), so no wave repeats
 #   another's products; on gfx1100 at d >= 128 only 16-key tiles stay out of the key loop's
 #   scratch. More programs per CU make up for the small ones (src/triton/split.rs counts waves).
+#   d = 128 flat at waves_per_eu 5 (5 waves): at 6 gfx1151's padded-head-dim variants reload 4
+#   times in the key loop (f16 and bf16; gfx1100's hold 240 VGPRs with 1 spill outside it), at 5
+#   neither does, and the instructions stay (f16 34.8 and 40.6 per 4096 MACs against 34.8 and
+#   41.2); paged d = 128 keeps 6 (decode_paged), where 5 makes the 64-bit variants reload (gfx1100
+#   f16 14 times, gfx1151 13).
 # - RDNA 2 (gfx103x, family "rdna2"; bf16 has rows of its own, "rdna2_bf16"): no matrix cores.
 #   tl.dot keeps a blocked layout (4x4 values per thread from 16 per thread up, 2x2 from 4, else
 #   1x1) and lowers to v_dot2c_f32_f16 (64 MACs per wave32 instruction: the floor is 64
@@ -117,7 +164,8 @@ TILES = {
     ("rdna3", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 64, 8, 1, 6), 256: (128, 32, 8, 1, 6)},
     ("rdna3", "prefill_paged"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (128, 32, 8, 1, 6)},
     ("rdna3", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (64, 16, 4, 1, 6), 256: (64, 16, 4, 1, 6)},
-    ("rdna3", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 16, 1, 1, 6), 256: (16, 16, 1, 1, 6)},
+    ("rdna3", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 16, 1, 1, 5), 256: (16, 16, 1, 1, 6)},
+    ("rdna3", "decode_paged"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 16, 1, 1, 6), 256: (16, 16, 1, 1, 6)},
     ("rdna3_small", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 7), 128: (128, 64, 8, 1, 4), 256: (128, 32, 8, 1, 4)},
     ("rdna3_small", "prefill_paged"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 4), 256: (128, 32, 8, 1, 4)},
     ("rdna3_small", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 4), 128: (64, 16, 4, 1, 4), 256: (64, 16, 4, 1, 4)},

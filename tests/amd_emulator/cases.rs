@@ -21,6 +21,7 @@ pub const CLASSES: &[ClassTest] = &[
     ("prefill_head_dim_tiles", prefill_head_dim_tiles),
     ("prefill_d256", prefill_d256),
     ("decode", decode),
+    ("decode_d128", decode_d128),
     ("split_keys_merge", split_keys_merge),
     ("paged", paged),
     ("varlen", varlen),
@@ -110,6 +111,21 @@ fn decode(driver: &'static Driver) {
         check(&format!("decode {dtype:?} d64 b2 s_k 70"), driver, || Ok((fa::flash_attn(&q, &k, &v, scale(64), false)?, None)));
     }
     launched_must_include("decode", &["fwd_decode_fp16_d64_flat", "fwd_decode_bf16_d64_flat"]);
+}
+
+/// Decode at d = 128, flat and paged (pages of 16), GQA 4/1: the d = 128 decode tiles, which
+/// differ by register file (gfx1103's paged one is 32x16 over 2 waves; gfx11's flat one runs at
+/// waves_per_eu 5 on gfx1100/gfx1151, 4 on gfx1103).
+fn decode_d128(driver: &'static Driver) {
+    let mut rng = rng();
+    take_launches();
+    for dtype in DTYPES {
+        let [q, k, v] = batch_inputs(&mut rng, (2, 1, 70, 4, 1, 128), dtype);
+        check(&format!("decode {dtype:?} d128 b2 s_k 70"), driver, || Ok((fa::flash_attn(&q, &k, &v, scale(128), false)?, None)));
+        let r = ragged(&mut rng, &[(1, 45), (1, 90)], (4, 1, 128), dtype);
+        check(&format!("paged decode {dtype:?} d128 page 16"), driver, paged_call(&r, 16, &mut rng, false));
+    }
+    launched_must_include("decode_d128", &["fwd_decode_fp16_d128_flat", "fwd_decode_bf16_d128_flat", "fwd_decode_fp16_d128_paged", "fwd_decode_bf16_d128_paged"]);
 }
 
 /// Keys split across programs (the plan on the arch's CU count) and merged by attn_merge.

@@ -143,25 +143,16 @@ fn main() -> anyhow::Result<()> {
     let table = shuffled_table(x.b, max_blocks);
     let host = |v: &[u32], shape: &[usize]| Tensor::from_vec(v.to_vec(), shape, &Device::Cpu);
     let (sq, sk, table_t) = (host(&cu_q, &[x.b + 1])?, host(&cu_k, &[x.b + 1])?, host(&table, &[x.b, max_blocks])?);
-    let varlen = x.page.map(|page| VarLenRequest {
+    // Paged and varlen calls pass cumulative seqlens (s_q is 1 for a paged decode shape).
+    let packed = x.page.is_some() || x.lens.is_some();
+    let varlen = packed.then(|| VarLenRequest {
         seqlens_q: &sq,
         seqlens_k: &sk,
-        max_seqlen_q: 1,
+        max_seqlen_q: x.s_q,
         max_seqlen_k: x.s_k,
-        block_table: Some(&table_t),
-        page_block_size: Some(page),
+        block_table: x.page.map(|_| &table_t),
+        page_block_size: x.page,
         mm_prefix_ranges: None,
-    });
-    let varlen = varlen.or_else(|| {
-        x.lens.as_ref().map(|_| VarLenRequest {
-            seqlens_q: &sq,
-            seqlens_k: &sk,
-            max_seqlen_q: x.s_q,
-            max_seqlen_k: x.s_k,
-            block_table: None,
-            page_block_size: None,
-            mm_prefix_ranges: None,
-        })
     });
     let slopes: Vec<f32> = (0..x.h).map(|i| (-8.0 * (i + 1) as f32 / x.h as f32).exp2()).collect();
     let slopes_t = Tensor::from_vec(slopes.clone(), x.h, &Device::Cpu)?;
@@ -207,7 +198,6 @@ fn main() -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<_>>()?;
     let paged = x.page.is_some();
-    let packed = paged || x.lens.is_some();
     let buffers = DeviceBuffers {
         q: memory[0].addr(),
         k: memory[1].addr(),

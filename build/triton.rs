@@ -205,6 +205,7 @@ fn entry(row: &Row, dir: &Path, ptx: bool) -> BuildResult<String> {
     };
     let tile = match row.get("tile") {
         "prefill" => "Prefill",
+        "prefill_short" => "PrefillShort",
         "decode" => "Decode",
         "merge" => "Merge",
         other => return Err(format!("manifest: unknown tile `{other}`")),

@@ -32,7 +32,9 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 # Launch tiles per (tile family, kernel class) and head-dim tile: BLOCK_M, BLOCK_N, num_warps,
 # num_stages and an occupancy hint (0: none): waves_per_eu on AMD, maxnreg (registers per thread)
 # on NVIDIA. Kernel classes: "prefill"
-# (the plain variants), "prefill_paged" (the plain paged ones, where a family has its own),
+# (the plain variants), "prefill_short" (plain flat variants with small query blocks, for short
+# masked prompts, where a family has them: short_tiles), "prefill_paged" (the plain paged ones,
+# where a family has its own),
 # "prefill_x" (with ALiBi/softcap/mm_prefix_ranges, which hold more registers; flat and paged),
 # "decode" (16 query rows; with the extras where decode_extras allows) and "decode_paged" (the
 # paged decode variants, where a family has its own). The `_b32` twins take their variant's tile.
@@ -135,6 +137,16 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   tile 0.54 / 0.64 / 0.69, level from s = 4096 (JIT of the same source, one run). The spill
 #   slots it takes (17 local loads/stores per key tile) stay in L1. Paged prefill keeps 3
 #   stages at 255 registers: capped at 128 it spills 244 times.
+# - prefill_short (src/triton/select.rs takes it for causal or windowed calls of at most 512
+#   packed query rows): 64-row blocks, all key tiles in one loop (ONE_LOOP). A 128-row block of
+#   a causal prompt computes a 128-key diagonal of which half is masked, and at 256 keys that is
+#   a third of its work; 64-row blocks halve it, and with 4 tiles a program one pipeline
+#   prologue beats three. H200, f16, h * d = 2048, causal, TFLOP/s against the prefill tile
+#   (JIT of the same source, one run): d = 128 64x32 (maxnreg 128, 4 per SM) 64 x 256 154
+#   against 121, 32 x 512 220 against 188, 16 x 1024 277 against 261; d = 64 64x64 129 against
+#   102, 189 against 171, 16 x 1024 243 against 246 (so 512 rows); d = 256 64x32 149 against
+#   133, 214 against 209. Not for unmasked calls: non-causal 32 x 512 d = 128 309 against 317,
+#   d = 64 261 against 293.
 # - d=256 prefill: 128x64 with 8 warps and 2 stages (192 KiB of shared memory, which sm_90's 227
 #   allow) doubles 64x64's throughput: H200, b*s = 16384, 8 heads, 455-501 TFLOP/s against
 #   230-238 (scripts/bench_gpu.py --baseline, old binary beside new in one run).
@@ -187,6 +199,7 @@ TILES = {
     ("sm86", "prefill_x"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 2, 0), 256: (64, 32, 4, 2, 0)},
     ("sm86", "decode"): {32: (16, 128, 4, 3, 0), 64: (16, 128, 4, 3, 0), 128: (16, 64, 4, 3, 0), 256: (16, 32, 4, 2, 0)},
     ("sm90", "prefill"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 2, 128), 256: (128, 64, 8, 2, 0)},
+    ("sm90", "prefill_short"): {32: (64, 64, 4, 2, 0), 64: (64, 64, 4, 2, 0), 128: (64, 32, 4, 2, 128), 256: (64, 32, 4, 2, 0)},
     ("sm90", "prefill_paged"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (128, 64, 8, 2, 0)},
     ("sm90", "prefill_x"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (128, 64, 8, 2, 0)},
     ("sm90", "decode"): {32: (16, 128, 4, 3, 0), 64: (16, 128, 4, 3, 0), 128: (16, 128, 4, 3, 0), 256: (16, 64, 4, 2, 0)},
@@ -304,6 +317,12 @@ def decode_extras(target, block_d):
     return target is None or target_kind(target) != "rdna" or block_d <= 64
 
 
+def short_tiles(target, paged):
+    """Whether `target` gets prefill_short variants (plain, flat): where TILES has the class.
+    Paged prefill keeps its tile (a gather address per key; not measured with short blocks)."""
+    return target is not None and not paged and (tile_family(target), "prefill_short") in TILES
+
+
 def buffer_twin(target, fields):
     """Whether `target` gets a 32-bit buffer-addressing twin of the attn_fwd variant `fields`."""
     # NVIDIA has no buffer instructions; RDNA 2's twins were never measured (it came after them).
@@ -322,8 +341,11 @@ def variants(block_dims, dtypes, target=None):
         for bd in block_dims:
             for even in (True, False):
                 for paged in (False, True):
-                    for tile in ("prefill", "decode"):
-                        for extras in (False, True) if tile == "prefill" or decode_extras(target, bd) else (False,):
+                    for tile in ("prefill", "prefill_short", "decode"):
+                        if tile == "prefill_short" and not short_tiles(target, paged):
+                            continue
+                        plain_only = tile == "prefill_short" or (tile == "decode" and not decode_extras(target, bd))
+                        for extras in (False,) if plain_only else (False, True):
                             name = "fwd_{}_{}_d{}{}_{}{}".format(
                                 tile, dtype, bd, "" if even else "p", "paged" if paged else "flat",
                                 "_x" if extras else "")
@@ -387,7 +409,7 @@ def compile_one(job):
         sig, attrs = signature(fn, FWD_POINTERS, FWD_FLOATS, dtype, fields.get("ptr32", False))
         constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": fields["block_d"], "EVEN_D": fields["even_d"],
                       "PAGED": fields["paged"], "EXTRAS": fields["extras"], "PAGE_TILES": page_tiles(target, fields),
-                      "FOLD_SCALE": kind != "cuda"}
+                      "FOLD_SCALE": kind != "cuda", "ONE_LOOP": fields["tile"] == "prefill_short"}
     else:
         fn = attention.attn_merge
         bm, bn, warps, stages, occupancy = MERGE_ROWS, MERGE_PARTIALS // fields["block_d"], MERGE_WARPS, 1, 0

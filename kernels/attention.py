@@ -25,7 +25,8 @@ that sees no key gets output 0 and LSE -inf.
 Compile-time switches (each a separate code object): BLOCK_M/BLOCK_N (tile), BLOCK_D (head dim
 padded to a power of two), EVEN_D (head_dim == BLOCK_D: no masks on the head dim), PAGED (k/v
 gathered through a block table, any page size), EXTRAS (ALiBi, softcap and mm_prefix_ranges,
-each then switched at run time); FOLD_SCALE (per target, not a variant: the softmax scale
+each then switched at run time); ONE_LOOP (per tile class, not a variant: every key tile in
+one loop, see attn_fwd); FOLD_SCALE (per target, not a variant: the softmax scale
 folded into the exponent's FMA, on AMD, where it saves a multiply per score; on sm_90 it ran
 up to 5% slower at d = 64); PAGE_TILES (per target, not a variant: paged variants get a
 second key loop for pages that hold whole tiles, chosen at run time). Everything else, the
@@ -102,6 +103,17 @@ def _sequence(CuSeqQ, CuSeqK, b, is_varlen, seqlen_q, seqlen_k, total_rows, kv_r
 
 
 @triton.jit
+def _mask_scores(s, offs_n, row_lo, row_hi, pre_lo, pre_hi, EXTRAS: tl.constexpr):
+    """`s` with -inf where a row may not see key `offs_n`: outside its window [row_lo, row_hi)
+    and, with EXTRAS, outside its mm_prefix range [pre_lo, pre_hi)."""
+    j = offs_n[None, :]
+    visible = (j >= row_lo[:, None]) & (j < row_hi[:, None])
+    if EXTRAS:
+        visible = visible | ((j >= pre_lo[:, None]) & (j < pre_hi[:, None]))
+    return tl.where(visible, s, float("-inf"))
+
+
+@triton.jit
 def _attend(
     acc, m_i, l_i, q,
     K, V, table_row, offs_d, d_mask,
@@ -112,6 +124,7 @@ def _attend(
     row_lo, row_hi, pre_lo, pre_hi,
     BLOCK_N: tl.constexpr, PAGED: tl.constexpr, EXTRAS: tl.constexpr,
     MASKED: tl.constexpr, EVEN_D: tl.constexpr, WHOLE_PAGES: tl.constexpr, FOLD_SCALE: tl.constexpr,
+    ONE_LOOP: tl.constexpr, full_start, full_end,
 ):
     """Online softmax over the key tiles [start, end) (start tile-aligned). WHOLE_PAGES: every
     tile lies in one page (the page size a multiple of BLOCK_N, every key below k_len), so the
@@ -120,7 +133,8 @@ def _attend(
     stay unscaled until the exponent, which needs qk_scale to be a positive normal f32: a scale
     <= 0 would turn the maximum into the minimum and the -inf of masked keys into +inf or NaN, so
     the host sends such calls to the EXTRAS variants, which scale first (src/triton/select.rs,
-    needs_extras)."""
+    needs_extras). ONE_LOOP (with MASKED): the tiles in [full_start, full_end) skip the mask (a
+    scalar test per tile), so that one loop serves every tile."""
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         if PAGED and WHOLE_PAGES:
@@ -172,11 +186,11 @@ def _attend(
         elif not FOLD_SCALE:
             s = s * qk_scale
         if MASKED:
-            j = offs_n[None, :]
-            visible = (j >= row_lo[:, None]) & (j < row_hi[:, None])
-            if EXTRAS:
-                visible = visible | ((j >= pre_lo[:, None]) & (j < pre_hi[:, None]))
-            s = tl.where(visible, s, float("-inf"))
+            if ONE_LOOP:
+                if (n0 < full_start) | (n0 >= full_end):
+                    s = _mask_scores(s, offs_n, row_lo, row_hi, pre_lo, pre_hi, EXTRAS)
+            else:
+                s = _mask_scores(s, offs_n, row_lo, row_hi, pre_lo, pre_hi, EXTRAS)
         if EXTRAS or not FOLD_SCALE:
             m_new = tl.maximum(m_i, tl.max(s, 1))
         else:
@@ -221,7 +235,7 @@ def attn_fwd(
     num_splits, split_len,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     EVEN_D: tl.constexpr, PAGED: tl.constexpr, EXTRAS: tl.constexpr, PAGE_TILES: tl.constexpr,
-    FOLD_SCALE: tl.constexpr,
+    FOLD_SCALE: tl.constexpr, ONE_LOOP: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -316,30 +330,41 @@ def attn_fwd(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     qk_scale = sm_scale * LOG2E
 
-    acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, start, f0,
-                            k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
-                            qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
-                            row_lo, row_hi, pre_lo, pre_hi,
-                            BLOCK_N, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE)
-    # The unmasked tiles. With PAGE_TILES, pages holding whole tiles get a loop of their own
-    # that reads the table once per tile (kernels/aot.py says where it is compiled in).
-    if PAGED and PAGE_TILES and page_size % BLOCK_N == 0:
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f0, f1,
+    # The key tiles in three software-pipelined loops, [start, f0) masked, [f0, f1) unmasked,
+    # [f1, end) masked; or (ONE_LOOP) in one loop that masks only the tiles outside [f0, f1): a
+    # test per tile, but one pipeline prologue and drain instead of three, the better trade where
+    # a program has few tiles (kernels/aot.py says where it is compiled in).
+    if ONE_LOOP:
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, start, end,
                                 k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                                 qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
                                 row_lo, row_hi, pre_lo, pre_hi,
-                                BLOCK_N, PAGED, EXTRAS, False, EVEN_D, True, FOLD_SCALE)
+                                BLOCK_N, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, True, f0, f1)
     else:
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f0, f1,
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, start, f0,
                                 k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                                 qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
                                 row_lo, row_hi, pre_lo, pre_hi,
-                                BLOCK_N, PAGED, EXTRAS, False, EVEN_D, False, FOLD_SCALE)
-    acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f1, end,
-                            k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
-                            qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
-                            row_lo, row_hi, pre_lo, pre_hi,
-                            BLOCK_N, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE)
+                                BLOCK_N, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, False, f0, f1)
+        # The unmasked tiles. With PAGE_TILES, pages holding whole tiles get a loop of their own
+        # that reads the table once per tile (kernels/aot.py says where it is compiled in).
+        if PAGED and PAGE_TILES and page_size % BLOCK_N == 0:
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f0, f1,
+                                    k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
+                                    qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
+                                    row_lo, row_hi, pre_lo, pre_hi,
+                                    BLOCK_N, PAGED, EXTRAS, False, EVEN_D, True, FOLD_SCALE, False, f0, f1)
+        else:
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f0, f1,
+                                    k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
+                                    qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
+                                    row_lo, row_hi, pre_lo, pre_hi,
+                                    BLOCK_N, PAGED, EXTRAS, False, EVEN_D, False, FOLD_SCALE, False, f0, f1)
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f1, end,
+                                k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
+                                qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
+                                row_lo, row_hi, pre_lo, pre_hi,
+                                BLOCK_N, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, False, f0, f1)
 
     out, lse2 = _normalize(acc, m_i, l_i)
     out_row = _i64(b * rows_per_batch + q_start + i)
@@ -359,9 +384,11 @@ def attn_fwd(
 @triton.jit
 def _normalize(acc, m, total):
     """Output rows `acc / total` and base-2 LSEs `m + log2(total)` of softmax sums (empty rows,
-    total 0: output 0, LSE -inf)."""
+    total 0: output 0, LSE -inf). One reciprocal per row and a multiply per element: a division
+    per element is a long sequence on every target (AMD: about ten instructions for each of a
+    thread's 64 outputs at d = 128), issued once per program, which short prompts feel."""
     empty = total == 0.0
-    out = acc / tl.where(empty, 1.0, total)[:, None]
+    out = acc * (1.0 / tl.where(empty, 1.0, total))[:, None]
     lse2 = tl.where(empty, float("-inf"), m + tl.math.log2(tl.where(empty, 1.0, total)))
     return out, lse2
 

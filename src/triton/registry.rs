@@ -15,6 +15,10 @@ pub enum Family {
 pub enum Tile {
     /// Large query blocks, every feature.
     Prefill,
+    /// Small query blocks with every key tile in one loop, for short causal or windowed prompts
+    /// (less of a block's keys fall on the masked diagonal); plain flat calls only, on the
+    /// targets that build it (sm_90).
+    PrefillShort,
     /// 16-row query blocks for few query rows (decode); plain features only.
     Decode,
     /// `attn_merge` images.

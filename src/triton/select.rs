@@ -8,6 +8,13 @@ use candle::{DType, Result};
 /// Query rows (times the GQA group) up to which the decode tile serves a call.
 pub const DECODE_ROWS: usize = 16;
 
+/// Query rows (times the GQA group) and keys up to which a causal or windowed call takes the
+/// short prefill tile where the target has it (kernels/aot.py, `prefill_short`: on an H200 it
+/// beat the prefill tile on causal prompts up to 512 tokens at d = 64, 128 and 256, and lost
+/// at 1024 at d = 64). Keys too: a few queries against a long cache (chunked prefill) see
+/// mostly unmasked tiles, where the larger tile is faster.
+pub const SHORT_PREFILL_LEN: usize = 512;
+
 /// The attention kernel and, for split calls, the merge kernel of one call.
 #[derive(Debug, Clone, Copy)]
 pub struct Kernels {
@@ -159,6 +166,8 @@ struct Wanted {
     extras: bool,
     /// Few enough query rows (times the GQA group) for the decode tile.
     decode: bool,
+    /// A plain, flat, masked call of few enough rows for the short prefill tile.
+    short: bool,
 }
 
 impl Wanted {
@@ -170,20 +179,30 @@ impl Wanted {
                 "flash-attn-rocm: the GPU kernels take f16 or bf16, got {other:?} (f32 runs on the CPU backend)"
             ),
         };
+        let rows = call.max_seqlen_q * call.group_size();
+        let (paged, extras) = (call.seqs.paging.is_some(), needs_extras(call));
         Ok(Wanted {
             dtype,
             d: call.head_dim as u32,
-            paged: call.seqs.paging.is_some(),
-            extras: needs_extras(call),
-            decode: call.max_seqlen_q * call.group_size() <= DECODE_ROWS,
+            paged,
+            extras,
+            decode: rows <= DECODE_ROWS,
+            short: !paged
+                && !extras
+                && !call.window.is_unbounded()
+                && rows <= SHORT_PREFILL_LEN
+                && call.max_seqlen_k <= SHORT_PREFILL_LEN,
         })
     }
 
     /// The `attn_fwd` tiles that serve the call, fastest first: the decode tile for few query
-    /// rows, then the prefill tile, which serves every call.
+    /// rows, the short prefill tile for short masked prompts, then the prefill tile, which
+    /// serves every call.
     fn tiles(&self) -> &'static [Tile] {
         if self.decode {
             &[Tile::Decode, Tile::Prefill]
+        } else if self.short {
+            &[Tile::PrefillShort, Tile::Prefill]
         } else {
             &[Tile::Prefill]
         }
@@ -306,6 +325,7 @@ mod tests {
         DeviceLimits { max_shared_per_block: 65_536, max_threads_per_block: 1024, host_native_atomics: true };
 
     /// One f16 image of `target` (a cubin unless `ptx`) with its launch facts.
+    #[derive(Clone, Copy)]
     struct Spec {
         variant: &'static str,
         tile: Tile,
@@ -547,6 +567,49 @@ mod tests {
         let negative = AttnCall { softmax_scale: -0.1, ..call(512, 128, false) };
         let kernels = select_for(&negative, "sm_80", nvidia(A100_SHARED), None, images).unwrap();
         assert_eq!(kernels.fwd.variant, "fwd_prefill_fp16_d128_flat_x");
+    }
+
+    #[test]
+    fn short_masked_prompts_take_the_short_tile_where_it_is_built() {
+        // An f16 batch call of GQA 8/2 at d = 128: `positions` queries, `keys` keys.
+        let call = |positions: usize, keys: usize, causal: bool, softcap: Option<f32>| {
+            let req = Request {
+                softmax_scale: 0.1,
+                alibi_slopes: None,
+                window_size_left: None,
+                window_size_right: causal.then_some(0),
+                softcap,
+                varlen: None,
+            };
+            let q = Layout::contiguous((2, positions, 8, 128));
+            let kv = Layout::contiguous((2, keys, 2, 128));
+            AttnCall::new(&req, [DType::F16; 3], &q, &kv, &kv).unwrap()
+        };
+        let short = Spec {
+            variant: "fwd_prefill_short_fp16_d128_flat",
+            tile: Tile::PrefillShort,
+            block_d: 128,
+            extras: false,
+            block_m: 64,
+            block_n: 32,
+            threads: 128,
+            shared: 49_152,
+        };
+        let mut specs = SM_80.to_vec();
+        specs.push(short);
+        let with_short = build(&[("sm_90", &specs, false)]);
+        let pick = |call: &AttnCall, images| select_for(call, "sm_90", nvidia(232_448), None, images).unwrap().fwd.variant;
+        // 128 positions x the group of 4 = 512 packed rows, 512 keys: causal takes it.
+        assert_eq!(pick(&call(128, 512, true, None), with_short), "fwd_prefill_short_fp16_d128_flat");
+        // More rows or keys, no mask, extras, or few enough rows for decode: the usual tiles.
+        assert_eq!(pick(&call(129, 512, true, None), with_short), "fwd_prefill_fp16_d128_flat");
+        assert_eq!(pick(&call(128, 513, true, None), with_short), "fwd_prefill_fp16_d128_flat");
+        assert_eq!(pick(&call(128, 512, false, None), with_short), "fwd_prefill_fp16_d128_flat");
+        assert_eq!(pick(&call(128, 512, true, Some(30.0)), with_short), "fwd_prefill_fp16_d128_flat_x");
+        assert_eq!(pick(&call(4, 512, true, None), with_short), "fwd_decode_fp16_d128_flat");
+        // A build without it serves the same call with the prefill tile.
+        let without = build(&[("sm_90", &SM_80, false)]);
+        assert_eq!(pick(&call(128, 512, true, None), without), "fwd_prefill_fp16_d128_flat");
     }
 
     #[test]

@@ -227,3 +227,52 @@ pub fn strided_block_table_matches_cpu() {
         with_lse(calls::paged_with_lse(&strided[0], &kv, None, &lens, f))
     });
 }
+
+/// Short causal and windowed prompts: on targets with a short prefill tile (sm_90) these calls
+/// run it (every key tile in one loop, the mask applied per tile), elsewhere the prefill tile;
+/// every head-dim tile, exact and padded head dims, query and key lengths that are not whole
+/// tiles, batch and varlen.
+pub fn short_masked_prompts_match_cpu() {
+    let Some((cpu, mut rng)) = gpu_and_rng("short_masked_prompts_match_cpu") else {
+        return;
+    };
+    let driver = crate::check::driver().unwrap();
+    let target = fa::explain(|| fa::triton::offload::run_on_gpu(driver, || calls::batch(&tiny(), &tiny(), &tiny(), CAUSAL_F)))
+        .unwrap()
+        .target;
+    let has_short = fa::triton::KERNELS.iter().any(|k| k.target == target && k.tile == fa::triton::Tile::PrefillShort);
+    for (n, (d, window)) in [(32, CAUSAL), (64, CAUSAL), (80, (Some(40), Some(0))), (128, CAUSAL), (256, (Some(100), Some(30)))]
+        .into_iter()
+        .enumerate()
+    {
+        let dtype = DTYPES[n % 2];
+        let c = BatchCase { b: 3, s_q: 130, s_k: 200, h: 4, h_k: 4, d, dtype, window, alibi: false, softcap: None, transposed: false };
+        let x = batch_inputs(&c, &mut rng);
+        let exp = batch_expected(&c, &x);
+        let f = x.features(&c);
+        let chosen = fa::explain(|| fa::triton::offload::run_on_gpu(driver, || calls::batch(&x.q, &x.k, &x.v, f))).unwrap();
+        let tile = if has_short { "fwd_prefill_short_" } else { "fwd_prefill_" };
+        assert!(chosen.variant.starts_with(tile), "{c:?} ran {} on {target}", chosen.variant);
+        check_lse_variant(&format!("{c:?}"), &cpu, &[&x.q, &x.k, &x.v], &exp, false, |a| {
+            with_lse(calls::batch_op(f).forward_with_lse(&a[0], &a[1], &a[2]))
+        });
+    }
+    // Varlen: prompts of mixed lengths, packed, causal (GQA 6/2: up to 3 x 150 rows).
+    let lens = [(150, 150), (1, 1), (77, 120), (0, 9), (130, 130)];
+    let r = ragged(&mut rng, &lens, (6, 2, 64), DType::BF16);
+    let fv = Features { scale: 0.125, window: CAUSAL, alibi: None, softcap: None };
+    let exp = expected(&r.seqs(), &vec![fv.ref_opts(150); lens.len()], (6, 2, 64), DType::BF16, LseLayout::VarLen);
+    let (sq, sk) = r.seqlens();
+    check_lse_variant("varlen short causal", &cpu, &[&r.q, &r.k, &r.v, &sq, &sk], &exp, false, |a| {
+        let s = calls::Seqlens { q: &a[3], k: &a[4], max_q: 150, max_k: 150 };
+        with_lse(calls::varlen_with_lse(&a[0], &a[1], &a[2], &s, fv))
+    });
+}
+
+/// Causal plain features (for the call that finds the serving target).
+const CAUSAL_F: Features = Features { scale: 0.125, window: CAUSAL, alibi: None, softcap: None };
+
+/// A 1 x 4 x 2 x 64 f16 tensor of zeros.
+fn tiny() -> Tensor {
+    Tensor::zeros((1, 4, 2, 64), DType::F16, &Device::Cpu).unwrap()
+}

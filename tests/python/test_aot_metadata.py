@@ -200,7 +200,15 @@ class BufferTwinTest(unittest.TestCase):
                                              and ("_d128" in n or "_d256" in n))]
         self.assertEqual(len(base) - len(rdna_base), 16)
         for no_twins, own in (("sm_80", base), ("sm_86", base), ("sm_89", base), ("sm_90", base), ("gfx1030", rdna_base)):
-            self.assertEqual([name for name, _, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), no_twins)], own)
+            names = [name for name, _, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), no_twins)]
+            self.assertEqual([n for n in names if "_prefill_short_" not in n], own)
+        # sm_90 alone has short prefill tiles: plain and flat, one per dtype, head-dim tile and
+        # exact/padded head dim.
+        short = [(n, f) for n, _, f in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), "sm_90") if f["tile"] == "prefill_short"]
+        self.assertEqual(len(short), 16)
+        self.assertTrue(all(n.endswith("_flat") and not f["paged"] and not f["extras"] for n, f in short))
+        for target in ("sm_80", "gfx942", "gfx1100", "gfx1201", "gfx1030"):
+            self.assertFalse([n for n, _, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target) if "_prefill_short_" in n])
         for target, twins, own in (("gfx1100", 88, rdna_base), ("gfx942", 104, base), ("gfx1201", 84, rdna_base)):
             names = [name for name, _, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target)]
             b32 = [n for n in names if n.endswith("_b32")]

@@ -38,7 +38,7 @@ fn argument_structs_follow_the_kernel_signatures() {
 
 fn image(tile: Tile, family: Family, block_d: u32, even_d: bool, paged: bool, extras: bool) -> KernelImage {
     let (block_m, block_n) = match tile {
-        Tile::Prefill => (64, 32),
+        Tile::Prefill | Tile::PrefillShort => (64, 32),
         Tile::Decode => (16, 64),
         Tile::Merge => (1, 16),
     };

@@ -334,18 +334,13 @@ def attn_fwd(
     # [f1, end) masked; or (ONE_LOOP) in one loop that masks only the tiles outside [f0, f1): a
     # test per tile, but one pipeline prologue and drain instead of three, the better trade where
     # a program has few tiles (kernels/aot.py says where it is compiled in).
-    if ONE_LOOP:
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, start, end,
-                                k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
-                                qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
-                                row_lo, row_hi, pre_lo, pre_hi,
-                                BLOCK_N, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, True, f0, f1)
-    else:
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, start, f0,
-                                k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
-                                qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
-                                row_lo, row_hi, pre_lo, pre_hi,
-                                BLOCK_N, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, False, f0, f1)
+    first_end = end if ONE_LOOP else f0
+    acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, start, first_end,
+                            k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
+                            qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
+                            row_lo, row_hi, pre_lo, pre_hi,
+                            BLOCK_N, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, ONE_LOOP, f0, f1)
+    if not ONE_LOOP:
         # The unmasked tiles. With PAGE_TILES, pages holding whole tiles get a loop of their own
         # that reads the table once per tile (kernels/aot.py says where it is compiled in).
         if PAGED and PAGE_TILES and page_size % BLOCK_N == 0:

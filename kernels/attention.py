@@ -26,9 +26,9 @@ Compile-time switches (each a separate code object): BLOCK_M/BLOCK_N (tile), BLO
 padded to a power of two), EVEN_D (head_dim == BLOCK_D: no masks on the head dim), PAGED (k/v
 gathered through a block table, any page size), EXTRAS (ALiBi, softcap and mm_prefix_ranges,
 each then switched at run time); ONE_LOOP (per target and tile class, not a variant: every key
-tile in one loop, see attn_fwd and kernels/aot.py's one_loop); FOLD_SCALE (per target, not a variant: the softmax scale
-folded into the exponent's FMA, on AMD, where it saves a multiply per score; on sm_90 it ran
-up to 5% slower at d = 64); PAGE_TILES (per target, not a variant: paged variants get a
+tile in one loop, see attn_fwd and kernels/aot.py's one_loop); FOLD_SCALE (per target, not a
+variant: the softmax scale folded into the exponent's FMA, on AMD, where it saves a multiply per
+score; on sm_90 it ran up to 5% slower at d = 64); PAGE_TILES (per target, not a variant: paged variants get a
 second key loop for pages that hold whole tiles, chosen at run time). Everything else, the
 batch/varlen choice included, is a run-time argument so that one code object serves every shape.
 """

@@ -107,10 +107,15 @@ fn decode(driver: &'static Driver) {
     let mut rng = rng();
     take_launches();
     for dtype in DTYPES {
-        let [q, k, v] = batch_inputs(&mut rng, (2, 1, 70, 4, 1, 64), dtype);
-        check(&format!("decode {dtype:?} d64 b2 s_k 70"), driver, || Ok((fa::flash_attn(&q, &k, &v, scale(64), false)?, None)));
+        flat_decode(driver, &mut rng, dtype, 64);
     }
     launched_must_include("decode", &["fwd_decode_fp16_d64_flat", "fwd_decode_bf16_d64_flat"]);
+}
+
+/// One query row per sequence against 70 keys, GQA 4/1, batch of 2, head dim `d`.
+fn flat_decode(driver: &'static Driver, rng: &mut StdRng, dtype: DType, d: usize) {
+    let [q, k, v] = batch_inputs(rng, (2, 1, 70, 4, 1, d), dtype);
+    check(&format!("decode {dtype:?} d{d} b2 s_k 70"), driver, || Ok((fa::flash_attn(&q, &k, &v, scale(d), false)?, None)));
 }
 
 /// Decode at d = 128, flat and paged (pages of 16), GQA 4/1: the d = 128 decode tiles, which
@@ -120,8 +125,7 @@ fn decode_d128(driver: &'static Driver) {
     let mut rng = rng();
     take_launches();
     for dtype in DTYPES {
-        let [q, k, v] = batch_inputs(&mut rng, (2, 1, 70, 4, 1, 128), dtype);
-        check(&format!("decode {dtype:?} d128 b2 s_k 70"), driver, || Ok((fa::flash_attn(&q, &k, &v, scale(128), false)?, None)));
+        flat_decode(driver, &mut rng, dtype, 128);
         let r = ragged(&mut rng, &[(1, 45), (1, 90)], (4, 1, 128), dtype);
         check(&format!("paged decode {dtype:?} d128 page 16"), driver, paged_call(&r, 16, &mut rng, false));
     }

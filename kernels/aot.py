@@ -298,8 +298,15 @@ def one_loop(target, fields):
     """Whether the attn_fwd variant `fields` runs every key tile in one loop (attention.py,
     ONE_LOOP) rather than three (masked, unmasked, masked), each of which Triton pipelines with a
     prologue that issues the first stages' loads, predicated off when the loop is empty: the
-    short prefill tile, and sm_90's flat decode, whose programs have few key tiles and whose
-    masked loops are empty unless a window cuts the keys. H200, GQA 32/8, d = 128, f16, flat
+    short prefill tile, sm_90's plain flat prefill at d >= 128 and its plain flat decode, whose
+    programs have few key tiles or whose masked loops are empty unless a window or the diagonal
+    cuts the keys. H200, f16, h * d = 2048, prefill (JIT, CUDA-graph timing, one run per head
+    dim), TFLOP/s with one loop against three: d = 128 non-causal b x s 64 x 256 272.9 against
+    255.0, 32 x 512 343.8 / 330.8, 16 x 1024 401.8 / 390.4, 4 x 4096 454.3 / 452.7, 2 x 8192
+    471.5 / 468.6, 1 x 16384 473.7 / 476.5; causal 16 x 1024 307.2 / 288.9, 4 x 4096 395.8 /
+    390.3, 2 x 8192 420.6 / 421.1, 1 x 16384 437.1 / 429.9. Not d = 64 (and d = 32, the same
+    tile): 64 x 256 253.0 against 241.3, but 2 x 8192 384.0 / 398.0, causal 346.3 / 371.8.
+    GQA 32/8, d = 128, f16, flat
     decode (JIT, CUDA-graph timing, one run): b x s_k 64 x 1k 67.3 us against 74.4 with three
     loops (cuDNN 64.2), 32 x 2k 65.4 against 68.7, 16 x 4k 63.0 against 64.5, 64 x 4k 239.6
     against 244.8, 128 x 1k 127.7 against 138.3. Not paged decode: one loop would gather every
@@ -308,8 +315,9 @@ def one_loop(target, fields):
     tiles have one stage (nothing pipelined, so an empty loop costs only its test)."""
     if fields["tile"] == "prefill_short":
         return True
-    return target_kind(target) == "cuda" and tile_family(target) == "sm90" and fields["tile"] == "decode" \
-        and not fields["paged"] and not fields["extras"]
+    if target_kind(target) != "cuda" or tile_family(target) != "sm90" or fields["paged"] or fields["extras"]:
+        return False
+    return fields["tile"] == "decode" or (fields["tile"] == "prefill" and fields["block_d"] >= 128)
 
 
 def page_tiles(target, fields):

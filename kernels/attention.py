@@ -254,8 +254,10 @@ def attn_fwd(
     if pid_m * BLOCK_M >= rows:
         return
 
-    offs_r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_valid = offs_r < rows
+    # Rows past the block's end repeat the last row: same inputs, so the same outputs, written
+    # to the same places. Loads and stores then need no row mask, which on sm_90 keeps Q's load
+    # and the output's store off the key loop's registers.
+    offs_r = tl.minimum(pid_m * BLOCK_M + tl.arange(0, BLOCK_M), rows - 1)
     i = offs_r // group
     head = hk * group + offs_r % group
     offs_d = tl.arange(0, BLOCK_D)
@@ -276,7 +278,7 @@ def attn_fwd(
     pre_hi = tl.zeros([BLOCK_M], tl.int32)
     if EXTRAS:
         if has_alibi != 0:
-            slope = tl.load(AlibiSlopes + head, mask=row_valid, other=0.0)
+            slope = tl.load(AlibiSlopes + head)
         if num_mm_ranges > 0:
             found = tl.zeros([BLOCK_M], tl.int32)
             for rr in range(0, num_mm_ranges):
@@ -314,9 +316,9 @@ def attn_fwd(
     q_base = Q + _i64(b) * stride_qb + _i64(q_start) * stride_qm
     q_ptrs = q_base + i[:, None] * stride_qm + head[:, None] * stride_qh + offs_d[None, :]
     if EVEN_D:
-        q = tl.load(q_ptrs, mask=row_valid[:, None], other=0.0)
+        q = tl.load(q_ptrs)
     else:
-        q = tl.load(q_ptrs, mask=row_valid[:, None] & d_mask[None, :], other=0.0)
+        q = tl.load(q_ptrs, mask=d_mask[None, :], other=0.0)
 
     k_base = K + hk * stride_kh
     v_base = V + hk * stride_vh
@@ -363,17 +365,14 @@ def attn_fwd(
 
     out, lse2 = _normalize(acc, m_i, l_i)
     out_row = _i64(b * rows_per_batch + q_start + i)
-    if EVEN_D:
-        o_mask = row_valid[:, None]
-    else:
-        o_mask = row_valid[:, None] & d_mask[None, :]
+    o_mask = None if EVEN_D else d_mask[None, :]
     if num_splits == 1:
-        _store_rows(Out, Lse, out, lse2, out_row, b, head, q_start + i, offs_d, o_mask, row_valid,
+        _store_rows(Out, Lse, out, lse2, out_row, b, head, q_start + i, offs_d, o_mask,
                     stride_om, stride_oh, stride_lb, stride_lh)
     else:
         acc_row = (split * total_rows + out_row) * num_heads + head
         tl.store(OAcc + acc_row[:, None] * head_dim + offs_d[None, :], out, mask=o_mask)
-        tl.store(LAcc + acc_row, lse2, mask=row_valid)
+        tl.store(LAcc + acc_row, lse2)
 
 
 @triton.jit
@@ -389,12 +388,12 @@ def _normalize(acc, m, total):
 
 
 @triton.jit
-def _store_rows(Out, Lse, out, lse2, out_row, b, head, pos, offs_d, o_mask, row_valid,
+def _store_rows(Out, Lse, out, lse2, out_row, b, head, pos, offs_d, o_mask,
                 stride_om, stride_oh, stride_lb, stride_lh):
     """Writes output rows and their natural-log LSEs (at batch b, query position `pos`)."""
     o_ptrs = Out + out_row[:, None] * stride_om + head[:, None] * stride_oh + offs_d[None, :]
     tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=o_mask)
-    tl.store(Lse + _i64(b) * stride_lb + head * stride_lh + pos, lse2 * LN2, mask=row_valid)
+    tl.store(Lse + _i64(b) * stride_lb + head * stride_lh + pos, lse2 * LN2)
 
 
 @triton.jit
@@ -447,6 +446,5 @@ def attn_merge(
         m = m_new
     m_safe = tl.where(m == float("-inf"), 0.0, m)
     out, lse2 = _normalize(acc, m_safe, total)
-    valid = offs_r < q_len * group
-    _store_rows(Out, Lse, out, lse2, out_row, b, head, q_start + i, offs_d, valid[:, None] & d_mask[None, :], valid,
+    _store_rows(Out, Lse, out, lse2, out_row, b, head, q_start + i, offs_d, d_mask[None, :],
                 stride_om, stride_oh, stride_lb, stride_lh)

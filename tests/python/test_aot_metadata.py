@@ -189,7 +189,6 @@ class ContractTest(unittest.TestCase):
         self.assert_one_problem(self.problems(text), "dynamic stack", "24 bytes")
 
 
-@unittest.skipUnless(have_triton(), "needs triton (the build's venv)")
 class BufferTwinTest(unittest.TestCase):
     """The 32-bit buffer-addressing twins (`_b32`): AMD targets only, 64-bit variants unchanged."""
 
@@ -232,6 +231,29 @@ class BufferTwinTest(unittest.TestCase):
         self.assertEqual(aot.signature(Fn, pointers, [], "fp16")[1][(0,)], [["tt.divisibility", 16]])
 
 
+class OneLoopTest(unittest.TestCase):
+    """Which variants run every key tile in one loop (aot.one_loop): the short tile, and on sm_90
+    plain flat decode and plain flat prefill from d = 128 (at d = 64 one loop lost on long rows)."""
+
+    def test_one_loop_variants_per_target(self):
+        def one_loop_names(target):
+            return {n for n, _, f in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target) if aot.one_loop(target, f)}
+
+        sm90 = one_loop_names("sm_90")
+        # 16 short variants, 16 flat decode (2 dtypes x 4 head-dim tiles x exact/padded), 8 flat
+        # prefill (d = 128 and 256).
+        self.assertEqual(len(sm90), 40)
+        for name in ("fwd_prefill_short_fp16_d64_flat", "fwd_decode_bf16_d32p_flat", "fwd_prefill_fp16_d128_flat",
+                     "fwd_prefill_bf16_d256p_flat"):
+            self.assertIn(name, sm90)
+        for name in ("fwd_prefill_fp16_d64_flat", "fwd_prefill_fp16_d32_flat", "fwd_prefill_fp16_d128_paged",
+                     "fwd_prefill_fp16_d128_flat_x", "fwd_decode_fp16_d128_paged", "fwd_decode_fp16_d64_flat_x"):
+            self.assertNotIn(name, sm90)
+        for target in ("sm_80", "sm_86", "gfx942", "gfx1100", "gfx1201", "gfx1030"):
+            self.assertEqual(one_loop_names(target), set(), target)
+
+
+@unittest.skipUnless(have_triton(), "needs triton (the build's venv)")
 class RealKernelTest(unittest.TestCase):
     """The smallest kernel aot.py builds, compiled for gfx1100 (wave 32) through compile_one."""
 

@@ -254,9 +254,10 @@ def attn_fwd(
     if pid_m * BLOCK_M >= rows:
         return
 
-    # Rows past the block's end repeat the last row: same inputs, so the same outputs, written
-    # to the same places. Loads and stores then need no row mask, which on sm_90 keeps Q's load
-    # and the output's store off the key loop's registers.
+    # The block's rows past the sequence's last packed row repeat that row: same inputs, so the
+    # same outputs, written to the same places (by this program: only the last block has such
+    # rows). Loads and stores then need no row mask, which on sm_90 keeps Q's load and the
+    # output's store off the key loop's registers.
     offs_r = tl.minimum(pid_m * BLOCK_M + tl.arange(0, BLOCK_M), rows - 1)
     i = offs_r // group
     head = hk * group + offs_r % group

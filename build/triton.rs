@@ -207,6 +207,7 @@ fn entry(row: &Row, dir: &Path, ptx: bool) -> BuildResult<String> {
         "prefill" => "Prefill",
         "prefill_short" => "PrefillShort",
         "decode" => "Decode",
+        "decode_batch" => "DecodeBatch",
         "merge" => "Merge",
         other => return Err(format!("manifest: unknown tile `{other}`")),
     };

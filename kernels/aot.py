@@ -36,8 +36,10 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 # masked prompts, where a family has them: short_tiles), "prefill_paged" (the plain paged ones,
 # where a family has its own),
 # "prefill_x" (with ALiBi/softcap/mm_prefix_ranges, which hold more registers; flat and paged),
-# "decode" (16 query rows; with the extras where decode_extras allows) and "decode_paged" (the
-# paged decode variants, where a family has its own). The `_b32` twins take their variant's tile.
+# "decode" (16 query rows; with the extras where decode_extras allows), "decode_paged" (the
+# paged decode variants, where a family has its own) and "decode_batch" (plain flat decode
+# variants with small K/V tiles for grids of many programs, where a family has them:
+# plain_class_built). The `_b32` twins take their variant's tile.
 #
 # Families follow the register file, not the product name. LLVM (AMDGPUBaseInfo.cpp,
 # getTotalNumVGPRs / getVGPRAllocGranule: Feature1_5xVGPRs, formerly FeatureGFX11FullVGPRs) gives
@@ -150,6 +152,19 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   102, 189 against 171, 16 x 1024 243 against 246 (so 512 rows); d = 256 64x32 149 against
 #   133, 214 against 209. Not for unmasked calls: non-causal 32 x 512 d = 128 309 against 317,
 #   d = 64 261 against 293.
+# - decode_batch (src/triton/marshal.rs launches it instead of the decode tile when the grid has
+#   at least BATCHED_DECODE_WAVES programs per SM): the decode tile keeps two 128-key tiles in
+#   flight in 136 KiB at d = 128 (70 at d = 64), so one program runs per SM (three) and each wave
+#   of programs starts with an empty pipeline; 16x64 at 2 stages (d = 128, 38 KiB) or 3 (d = 64,
+#   36 KiB) lets 5-6 programs share an SM, one's loads covering another's start. H200, GQA 32/8, f16, b x s_k, us against the
+#   decode tile and cuDNN (JIT of the same source, one run): d = 128 40 x 1k 42.6 / 48.1 / 48.1,
+#   48 x 1k 49.5 / 53.3 / 52.7, 64 x 512 35.8 / 40.4 / 36.7, 64 x 1k 65.3 / 69.1 / 66.1, 64 x 2k
+#   125.1 / 127.5 / 125.8, 128 x 1k 125.2 / 129.3 / 126.1, 256 x 512 126.8 / 133.9 / 128.3, but
+#   96 x 1k 100.3 / 99.6 and (two programs per SM) 32 x 2k 65.9 / 65.4; MHA 32/32 16 x 1k 64.3
+#   / 68.3; d = 64 64 x 1k 35.3 / 39.8, 128 x 1k 65.8 / 67.1, 64 x 4k 126.3 / 139.9, 32 x 1k
+#   19.7 / 19.5. Not d = 256: its decode tile (16x64, 2 stages) was the fastest there (16x32 at
+#   2-4 stages and 8 warps 1-30% slower). Not d = 32: 16x64 at 3 stages was mixed (64 x 1k 21.8
+#   / 23.3, 64 x 4k 75.0 / 96.5, but 128 x 1k 53.5 / 43.8; another run).
 # - d=256 prefill: 128x64 with 8 warps and 2 stages (192 KiB of shared memory, which sm_90's 227
 #   allow) doubles 64x64's throughput: H200, b*s = 16384, 8 heads, 455-501 TFLOP/s against
 #   230-238 (scripts/bench_gpu.py --baseline, old binary beside new in one run).
@@ -206,6 +221,7 @@ TILES = {
     ("sm90", "prefill_paged"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (128, 64, 8, 2, 0)},
     ("sm90", "prefill_x"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (128, 64, 8, 2, 0)},
     ("sm90", "decode"): {32: (16, 128, 4, 3, 0), 64: (16, 128, 4, 3, 0), 128: (16, 128, 4, 3, 0), 256: (16, 64, 4, 2, 0)},
+    ("sm90", "decode_batch"): {64: (16, 64, 4, 3, 0), 128: (16, 64, 4, 2, 0)},
 }
 # attn_merge: one packed row per program (the manifest's block_m), the splits read BLOCK_S at a
 # time (its block_n): BLOCK_S x the head-dim tile = 2,048 f32 partials per load block, 16 per
@@ -298,7 +314,8 @@ def one_loop(target, fields):
     """Whether the attn_fwd variant `fields` runs every key tile in one loop (attention.py,
     ONE_LOOP) rather than three (masked, unmasked, masked), each of which Triton pipelines with a
     prologue that issues the first stages' loads, predicated off when the loop is empty: the
-    short prefill tile, sm_90's plain flat prefill at d >= 128 and its plain flat decode, whose
+    short prefill tile, sm_90's plain flat prefill at d >= 128 and its plain flat decode (both
+    decode tiles; TILES' decode_batch figures were measured with one loop), whose
     programs have few key tiles or whose masked loops are empty unless a window or the diagonal
     cuts the keys. H200, f16, h * d = 2048, prefill (JIT, CUDA-graph timing, one run per head
     dim), TFLOP/s with one loop against three: d = 128 non-causal b x s 64 x 256 272.9 against
@@ -317,7 +334,7 @@ def one_loop(target, fields):
         return True
     if target_kind(target) != "cuda" or tile_family(target) != "sm90" or fields["paged"] or fields["extras"]:
         return False
-    return fields["tile"] == "decode" or (fields["tile"] == "prefill" and fields["block_d"] >= 128)
+    return fields["tile"] in ("decode", "decode_batch") or (fields["tile"] == "prefill" and fields["block_d"] >= 128)
 
 
 def page_tiles(target, fields):
@@ -346,10 +363,17 @@ def decode_extras(target, block_d):
     return target is None or target_kind(target) != "rdna" or block_d <= 64
 
 
-def short_tiles(target, paged):
-    """Whether `target` gets prefill_short variants (plain, flat): where TILES has the class.
-    Paged prefill keeps its tile (a gather address per key; not measured with short blocks)."""
-    return target is not None and not paged and (tile_family(target), "prefill_short") in TILES
+# Kernel classes built only as plain flat variants, only where TILES has them (sm_90).
+PLAIN_FLAT_CLASSES = ("prefill_short", "decode_batch")
+
+
+def plain_class_built(target, tile, paged, block_d):
+    """Whether `target` gets the variants of `tile` at head-dim tile `block_d`: every variant of
+    prefill/decode; the PLAIN_FLAT_CLASSES flat, where TILES has the class at that tile. Paged
+    calls keep their tiles (a gather address per key; not measured with these)."""
+    if tile not in PLAIN_FLAT_CLASSES:
+        return True
+    return target is not None and not paged and block_d in TILES.get((tile_family(target), tile), {})
 
 
 def buffer_twin(target, fields):
@@ -370,10 +394,10 @@ def variants(block_dims, dtypes, target=None):
         for bd in block_dims:
             for even in (True, False):
                 for paged in (False, True):
-                    for tile in ("prefill", "prefill_short", "decode"):
-                        if tile == "prefill_short" and not short_tiles(target, paged):
+                    for tile in ("prefill", "prefill_short", "decode", "decode_batch"):
+                        if not plain_class_built(target, tile, paged, bd):
                             continue
-                        plain_only = tile == "prefill_short" or (tile == "decode" and not decode_extras(target, bd))
+                        plain_only = tile in PLAIN_FLAT_CLASSES or (tile == "decode" and not decode_extras(target, bd))
                         for extras in (False,) if plain_only else (False, True):
                             name = "fwd_{}_{}_d{}{}_{}{}".format(
                                 tile, dtype, bd, "" if even else "p", "paged" if paged else "flat",

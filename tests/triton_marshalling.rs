@@ -9,6 +9,7 @@ use flash_attn_rocm::rocm::DeviceBuffers;
 use flash_attn_rocm::triton::targets::DeviceLimits;
 use flash_attn_rocm::triton::{
     fwd_args, merge_args, select, ArgValue, Family, FwdArgs, KernelDtype, KernelImage, Kernels, MergeArgs, Plan, Tile,
+    BATCHED_DECODE_WAVES,
 };
 use rand::Rng;
 
@@ -40,6 +41,7 @@ fn image(tile: Tile, family: Family, block_d: u32, even_d: bool, paged: bool, ex
     let (block_m, block_n) = match tile {
         Tile::Prefill | Tile::PrefillShort => (64, 32),
         Tile::Decode => (16, 64),
+        Tile::DecodeBatch => (16, 32),
         Tile::Merge => (1, 16),
     };
     KernelImage {
@@ -132,6 +134,61 @@ fn decode_with_extras_takes_the_decode_tile_where_built() {
     let without: Vec<KernelImage> = images().iter().filter(|i| !(i.tile == Tile::Decode && i.extras)).cloned().collect();
     let k = select(&call, "gfx1100", RDNA3, Box::leak(without.into_boxed_slice())).unwrap();
     assert_eq!((k.fwd.tile, k.fwd.extras), (Tile::Prefill, true));
+}
+
+/// A decode grid of many programs launches the batched decode tile where the build has it (here
+/// for plain flat calls at head-dim tiles 64 and 128, as sm_90 builds it), unsplit;
+/// fewer programs, softcap calls, paged K/V and head-dim tiles without one keep the decode tile.
+#[test]
+fn many_decode_programs_take_the_batched_tile_where_built() {
+    let mut with_batched = images().to_vec();
+    for (block_d, even) in [(64, true), (64, false), (128, true), (128, false)] {
+        with_batched.push(image(Tile::DecodeBatch, Family::Fwd, block_d, even, false, false));
+    }
+    let imgs: &'static [KernelImage] = Box::leak(with_batched.into_boxed_slice());
+    let mut rng = common::rng("many_decode_programs_take_the_batched_tile_where_built");
+    for _ in 0..300 {
+        let (b, h_k, g, units) = (rng.gen_range(1..80), rng.gen_range(1..9), rng.gen_range(1..5), rng.gen_range(1..140));
+        let d = 8 * rng.gen_range(1..=32);
+        let softcap = rng.gen_bool(0.2).then_some(20.0);
+        let q = zeros(&[b, 1, h_k * g, d], DType::F16);
+        let kv = zeros(&[b, 40, h_k, d], DType::F16);
+        let call = AttnCall::new(&batch_request(softcap), [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
+        let kernels = select(&call, "gfx1100", RDNA3, imgs).unwrap();
+        assert_eq!(kernels.fwd.tile, Tile::Decode);
+        let plan = Plan::new(&call, kernels, units).unwrap();
+        let built = softcap.is_none() && (33..=128).contains(&d);
+        let batched = built && b * h_k >= BATCHED_DECODE_WAVES * units;
+        let fwd = plan.kernels.fwd;
+        assert_eq!(fwd.tile, if batched { Tile::DecodeBatch } else { Tile::Decode }, "b {b} h_k {h_k} units {units} d {d}");
+        assert_eq!((fwd.block_d, fwd.even_d, fwd.extras), (kernels.fwd.block_d, kernels.fwd.even_d, kernels.fwd.extras));
+        assert_eq!(plan.grid[..2], [1, (b * h_k) as u32]);
+        if batched {
+            assert_eq!(plan.num_splits, 1, "{plan:?}");
+        }
+    }
+    // Paged K/V keeps the decode tile however many programs: 64 sequences of 32 keys in pages of
+    // 16, 8 k/v heads (512 programs) on 132 units.
+    let (b, h_k, page) = (64u32, 8, 16);
+    let q = zeros(&[b as usize, 4 * h_k, 128], DType::F16);
+    let kv = zeros(&[2 * b as usize, page, h_k, 128], DType::F16);
+    let table = Tensor::arange(0u32, 2 * b, &Device::Cpu).unwrap().reshape((b as usize, 2)).unwrap();
+    let (sq, sk) = (u32s(&(0..=b).collect::<Vec<_>>()), u32s(&(0..=b).map(|i| 32 * i).collect::<Vec<_>>()));
+    let req = Request {
+        varlen: Some(VarLenRequest {
+            seqlens_q: &sq,
+            seqlens_k: &sk,
+            max_seqlen_q: 1,
+            max_seqlen_k: 32,
+            block_table: Some(&table),
+            page_block_size: Some(page),
+            mm_prefix_ranges: None,
+        }),
+        ..batch_request(None)
+    };
+    let paged = AttnCall::new(&req, [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
+    let plan = Plan::new(&paged, select(&paged, "gfx1100", RDNA3, imgs).unwrap(), 132).unwrap();
+    assert_eq!((plan.kernels.fwd.tile, plan.kernels.fwd.paged, plan.grid[1]), (Tile::Decode, true, 512));
 }
 
 #[test]
@@ -254,7 +311,7 @@ fn paged_decode_splits_for_two_resident_programs_per_unit() {
     let kernels = |paged: bool, shared: u32| {
         let fwd = KernelImage { target: "sm_90", block_n: 128, shared, ..image(Tile::Decode, Family::Fwd, 128, true, paged, false) };
         let merge = KernelImage { target: "sm_90", ..image(Tile::Merge, Family::Merge, 128, false, false, false) };
-        Kernels { fwd: Box::leak(Box::new(fwd)), fwd_b32: None, merge: Box::leak(Box::new(merge)) }
+        Kernels { fwd: Box::leak(Box::new(fwd)), fwd_b32: None, merge: Box::leak(Box::new(merge)), batched: None }
     };
     let (b, s_k, page, h, h_k, d) = (4, 32768, 16, 32, 8, 128);
     let q = zeros(&[b, h, d], DType::F16);
@@ -289,7 +346,7 @@ fn paged_decode_splits_for_two_resident_programs_per_unit() {
 fn windowed_decode_splits_the_window_not_the_cache() {
     let fwd = KernelImage { target: "sm_90", block_n: 128, ..image(Tile::Decode, Family::Fwd, 128, true, false, false) };
     let merge = KernelImage { target: "sm_90", ..image(Tile::Merge, Family::Merge, 128, false, false, false) };
-    let kernels = Kernels { fwd: Box::leak(Box::new(fwd)), fwd_b32: None, merge: Box::leak(Box::new(merge)) };
+    let kernels = Kernels { fwd: Box::leak(Box::new(fwd)), fwd_b32: None, merge: Box::leak(Box::new(merge)), batched: None };
     let (s_k, window) = (32768, 4096);
     let q = zeros(&[1, 1, 32, 128], DType::F16);
     let kv = Layout::contiguous((1, s_k, 8, 128));

@@ -208,7 +208,7 @@ mod tests {
         let q = Tensor::zeros((b, h, d), DType::F16, dev).unwrap();
         let kv = Tensor::zeros((b * max_blocks, page, h_k, d), DType::F16, dev).unwrap();
         let call = AttnCall::on_device(&req, [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
-        let kernels = Kernels { fwd: image(Family::Fwd, Tile::Decode, 16, 64), fwd_b32: None, merge: image(Family::Merge, Tile::Merge, 1, 16) };
+        let kernels = Kernels { fwd: image(Family::Fwd, Tile::Decode, 16, 64), fwd_b32: None, merge: image(Family::Merge, Tile::Merge, 1, 16), batched: None };
         let plan = Plan::new(&call, kernels, 304).unwrap();
         assert!(plan.num_splits > 1, "{plan:?}");
         // The mock reads the low 32 bits of a launch's first argument (q, out) as its status:

@@ -15,6 +15,15 @@ const ALIGN_BYTES: usize = 16;
 /// CUDA and HIP cap grid dimensions y and z at 65535.
 const MAX_GRID_YZ: usize = 65535;
 
+/// Programs per compute unit from which a decode grid runs the batched decode tile
+/// ([`Kernels::batched`]): on sm_90 at d = 128 the decode tile's program holds an SM alone (136
+/// KiB of shared memory: two 128-key K/V tiles in flight), so every further wave starts with an
+/// empty pipeline, where the batched tile's 5-6 programs per SM cover each other's starts. H200, GQA 32/8, d = 128, f16 (JIT,
+/// kernels/aot.py has the figures): 2.4 programs per SM and more ran 5-12% faster than the decode
+/// tile at 512-1024 keys (96 x 1k, 5.8 per SM, 0.7% slower), 1.9 per SM 0.8% slower at 2k keys.
+/// A grid this large is never split ([`split::choose`] fills the device with it as it is).
+pub const BATCHED_DECODE_WAVES: usize = 2;
+
 /// One call's launch: the kernels, the attention grid and how the keys are split.
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
@@ -35,18 +44,22 @@ pub struct Plan {
 impl Plan {
     /// Grid and splits for `call` on a device with `units` compute units (CUs / SMs).
     pub fn new(call: &AttnCall, kernels: Kernels, units: usize) -> Result<Self> {
-        let fwd: &KernelImage = kernels.fwd;
         // No query rows at all (a varlen q of zero rows, whatever max_seqlen_q says): nothing to
         // launch, so nothing to split either.
         let rows = if call.total_q == 0 { 0 } else { call.max_seqlen_q * call.group_size() };
-        let blocks_m = rows.div_ceil(fwd.block_m as usize);
         let heads = call.batch * call.num_heads_k;
+        let programs_of = |fwd: &KernelImage| rows.div_ceil(fwd.block_m as usize) * heads;
+        let kernels = match kernels.batched() {
+            Some(batched) if programs_of(kernels.fwd) >= BATCHED_DECODE_WAVES * units.max(1) => batched,
+            _ => kernels,
+        };
+        let fwd: &KernelImage = kernels.fwd;
+        let blocks_m = rows.div_ceil(fwd.block_m as usize);
         let (num_splits, split_len) = match blocks_m {
             0 => (1, call.max_seqlen_k.max(1).next_multiple_of(fwd.block_n as usize)),
             _ => {
-                let programs = blocks_m * heads;
                 let block_n = fwd.block_n as usize;
-                split::choose(programs, fwd.threads as usize, resident(fwd), split_keys(call, block_n), block_n, units)
+                split::choose(programs_of(fwd), fwd.threads as usize, resident(fwd), split_keys(call, block_n), block_n, units)
             }
         };
         if heads > MAX_GRID_YZ {

@@ -24,6 +24,6 @@ pub mod targets;
 pub use args::{ArgValue, FwdArgs, MergeArgs};
 #[cfg(feature = "triton")]
 pub use launch::{current_device, launch, plan, take_faults, DeviceInfo};
-pub use marshal::{fwd_args, merge_args, Plan};
+pub use marshal::{fwd_args, merge_args, Plan, BATCHED_DECODE_WAVES};
 pub use registry::{Family, KernelDtype, KernelImage, Tile, KERNELS};
-pub use select::{embedded_targets, needs_extras, select, Kernels, DECODE_ROWS};
+pub use select::{embedded_targets, needs_extras, select, BatchedDecode, Kernels, DECODE_ROWS};

@@ -21,6 +21,10 @@ pub enum Tile {
     PrefillShort,
     /// 16-row query blocks for few query rows (decode); plain features only.
     Decode,
+    /// The decode tile with small K/V tiles, so that several programs share a compute unit: for
+    /// grids of many decode programs ([`crate::triton::Plan`] takes it); plain flat calls only, on
+    /// the targets that build it (sm_90).
+    DecodeBatch,
     /// `attn_merge` images.
     Merge,
 }

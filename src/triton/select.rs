@@ -28,9 +28,27 @@ pub struct Kernels {
     /// The `attn_merge` image that combines the key splits (launched only when the call is
     /// split).
     pub merge: &'static KernelImage,
+    /// For a decode call, the batched decode tile ([`Tile::DecodeBatch`]) of the same head-dim
+    /// tile, where built: [`super::Plan`] launches it instead of `fwd` when the grid has many
+    /// programs per compute unit ([`Kernels::batched`]).
+    pub batched: Option<BatchedDecode>,
+}
+
+/// The batched decode tile's attention image and its 32-bit twin ([`Kernels::batched`]).
+#[derive(Debug, Clone, Copy)]
+pub struct BatchedDecode {
+    /// The [`Tile::DecodeBatch`] `attn_fwd` image.
+    pub fwd: &'static KernelImage,
+    /// Its 32-bit buffer-addressing twin, where built and usable.
+    pub fwd_b32: Option<&'static KernelImage>,
 }
 
 impl Kernels {
+    /// These kernels with the batched decode tile as the attention kernel, where built.
+    pub fn batched(&self) -> Option<Kernels> {
+        self.batched.map(|b| Kernels { fwd: b.fwd, fwd_b32: b.fwd_b32, merge: self.merge, batched: None })
+    }
+
     /// The `attn_fwd` image to launch for `call` with `num_splits` key splits on `buffers`: the
     /// 32-bit twin when there is one and every tensor spans under 2 GiB from its base pointer
     /// ([`super::span::fits_32bit`]), else the 64-bit image, which serves every call.
@@ -209,9 +227,17 @@ impl Wanted {
     }
 
     /// The kernels of `target` for the call, with the first of its tiles whose images `usable`
-    /// accepts.
+    /// accepts, and beside the decode tile the batched one of the same head-dim tile.
     fn kernels(&self, target: &str, images: &'static [KernelImage], usable: &dyn Fn(&KernelImage) -> bool) -> Option<Kernels> {
-        self.tiles().iter().find_map(|&tile| self.kernels_with(target, tile, images, usable))
+        let kernels = self.tiles().iter().find_map(|&tile| self.kernels_with(target, tile, images, usable))?;
+        let batched = match kernels.fwd.tile {
+            Tile::Decode => self
+                .kernels_with(target, Tile::DecodeBatch, images, usable)
+                .filter(|batched| batched.fwd.block_d == kernels.fwd.block_d)
+                .map(|batched| BatchedDecode { fwd: batched.fwd, fwd_b32: batched.fwd_b32 }),
+            _ => None,
+        };
+        Some(Kernels { batched, ..kernels })
     }
 
     /// The kernels of `target` for the call with the `attn_fwd` tile `tile`, among the images
@@ -240,7 +266,7 @@ impl Wanted {
                 && !img.ptr32
         })?;
         let merge = smallest(&|img| img.family == Family::Merge)?;
-        Some(Kernels { fwd, fwd_b32: twin_b32(fwd, images).filter(|twin| usable(twin)), merge })
+        Some(Kernels { fwd, fwd_b32: twin_b32(fwd, images).filter(|twin| usable(twin)), merge, batched: None })
     }
 }
 

@@ -37,6 +37,7 @@ const TESTS: &[runner::GpuTest] = &[
     ("triton_cases::calls_the_triton_path_cannot_serve_are_errors", triton_cases::calls_the_triton_path_cannot_serve_are_errors),
     ("triton_cases::strided_block_table_matches_cpu", triton_cases::strided_block_table_matches_cpu),
     ("triton_cases::short_masked_prompts_match_cpu", triton_cases::short_masked_prompts_match_cpu),
+    ("triton_cases::batched_decode_matches_cpu", triton_cases::batched_decode_matches_cpu),
     ("varlen::paged_functions_match_cpu", varlen::check_paged_functions),
     ("varlen::varlen_functions_match_cpu", varlen::check_varlen_functions),
     ("threads::fresh_threads_calling_at_once_match_cpu", threads::fresh_threads_calling_at_once_match_cpu),

@@ -1,6 +1,7 @@
 //! What only the Triton path serves, on the GPU against the CPU: head dims off CK's tiles,
 //! softcap together with ALiBi, pages of any size with `mm_prefix_ranges`, decode calls whose
-//! keys are split (and merged), paged decode on every head-dim tile, and the calls it refuses.
+//! keys are split (and merged), paged decode on every head-dim tile, decode grids of many programs
+//! (the batched decode tile where built), and the calls it refuses.
 
 use candle::{DType, Device, Tensor};
 use flash_attn_rocm as fa;
@@ -264,4 +265,39 @@ pub fn short_masked_prompts_match_cpu() {
         let s = calls::Seqlens { q: &a[3], k: &a[4], max_q: 150, max_k: 150 };
         with_lse(calls::varlen_with_lse(&a[0], &a[1], &a[2], &s, fv))
     });
+}
+
+/// Decode grids of at least `BATCHED_DECODE_WAVES` programs per compute unit: on targets with a
+/// batched decode tile (sm_90 at head-dim tiles 64 and 128) they run it, elsewhere the decode
+/// tile (of the same head-dim tile: d = 32 and 256 keep it on sm_90); exact and
+/// padded head dims, key lengths that are not whole tiles, GQA and MHA, causal and not.
+pub fn batched_decode_matches_cpu() {
+    let Some((cpu, mut rng)) = gpu_and_rng("batched_decode_matches_cpu") else {
+        return;
+    };
+    let driver = crate::check::driver().unwrap();
+    let units = fa::triton::current_device(driver).unwrap().1.units;
+    for (n, (d, h, h_k, window)) in [(128, 32, 8, NONE), (64, 16, 16, CAUSAL), (96, 8, 2, NONE), (32, 8, 4, CAUSAL), (256, 8, 8, NONE)]
+        .into_iter()
+        .enumerate()
+    {
+        let b = (fa::triton::BATCHED_DECODE_WAVES * units).div_ceil(h_k) + rng.gen_range(0..8);
+        let s_k = rng.gen_range(130..400);
+        let dtype = DTYPES[n % 2];
+        let c = BatchCase { b, s_q: 1, s_k, h, h_k, d, dtype, window, alibi: false, softcap: None, transposed: false };
+        let x = batch_inputs(&c, &mut rng);
+        let exp = batch_expected(&c, &x);
+        let f = x.features(&c);
+        let chosen = fa::explain(|| fa::triton::offload::run_on_gpu(driver, || calls::batch(&x.q, &x.k, &x.v, f))).unwrap();
+        let block_d = (d as u32).next_power_of_two().max(32);
+        let has_batched = fa::triton::KERNELS
+            .iter()
+            .any(|k| k.target == chosen.target && k.tile == fa::triton::Tile::DecodeBatch && k.block_d == block_d);
+        let batched = chosen.variant.starts_with("fwd_decode_batch_");
+        assert!(chosen.variant.starts_with("fwd_decode_") && batched == has_batched, "{c:?} ran {} on {}", chosen.variant, chosen.target);
+        assert_eq!(chosen.splits, 1, "{c:?}");
+        check_lse_variant(&format!("{c:?}"), &cpu, &[&x.q, &x.k, &x.v], &exp, false, |a| {
+            with_lse(calls::batch_op(f).forward_with_lse(&a[0], &a[1], &a[2]))
+        });
+    }
 }

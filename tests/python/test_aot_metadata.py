@@ -200,14 +200,18 @@ class BufferTwinTest(unittest.TestCase):
         self.assertEqual(len(base) - len(rdna_base), 16)
         for no_twins, own in (("sm_80", base), ("sm_86", base), ("sm_89", base), ("sm_90", base), ("gfx1030", rdna_base)):
             names = [name for name, _, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), no_twins)]
-            self.assertEqual([n for n in names if "_prefill_short_" not in n], own)
-        # sm_90 alone has short prefill tiles: plain and flat, one per dtype, head-dim tile and
-        # exact/padded head dim.
-        short = [(n, f) for n, _, f in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), "sm_90") if f["tile"] == "prefill_short"]
-        self.assertEqual(len(short), 16)
-        self.assertTrue(all(n.endswith("_flat") and not f["paged"] and not f["extras"] for n, f in short))
-        for target in ("sm_80", "gfx942", "gfx1100", "gfx1201", "gfx1030"):
-            self.assertFalse([n for n, _, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target) if "_prefill_short_" in n])
+            self.assertEqual([n for n in names if "_prefill_short_" not in n and "_decode_batch_" not in n], own)
+        # sm_90 alone has short prefill tiles and batched decode tiles: plain and flat, one per
+        # dtype, head-dim tile (the batched decode tile at d = 64 and 128) and exact/padded head dim.
+        sm90 = aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), "sm_90")
+        for tile, count, dims in (("prefill_short", 16, {32, 64, 128, 256}), ("decode_batch", 8, {64, 128})):
+            own_class = [(n, f) for n, _, f in sm90 if f["tile"] == tile]
+            self.assertEqual(len(own_class), count, tile)
+            self.assertEqual({f["block_d"] for _, f in own_class}, dims, tile)
+            self.assertTrue(all(n.endswith("_flat") and not f["paged"] and not f["extras"] for n, f in own_class))
+        for target in ("sm_80", "sm_86", "gfx942", "gfx1100", "gfx1201", "gfx1030"):
+            self.assertFalse([n for n, _, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target)
+                              if "_prefill_short_" in n or "_decode_batch_" in n])
         for target, twins, own in (("gfx1100", 88, rdna_base), ("gfx942", 104, base), ("gfx1201", 84, rdna_base)):
             names = [name for name, _, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target)]
             b32 = [n for n in names if n.endswith("_b32")]
@@ -233,17 +237,19 @@ class BufferTwinTest(unittest.TestCase):
 
 class OneLoopTest(unittest.TestCase):
     """Which variants run every key tile in one loop (aot.one_loop): the short tile, and on sm_90
-    plain flat decode and plain flat prefill from d = 128 (at d = 64 one loop lost on long rows)."""
+    plain flat decode (both decode tiles) and plain flat prefill from d = 128 (at d = 64 one loop
+    lost on long rows)."""
 
     def test_one_loop_variants_per_target(self):
         def one_loop_names(target):
             return {n for n, _, f in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target) if aot.one_loop(target, f)}
 
         sm90 = one_loop_names("sm_90")
-        # 16 short variants, 16 flat decode (2 dtypes x 4 head-dim tiles x exact/padded), 8 flat
-        # prefill (d = 128 and 256).
-        self.assertEqual(len(sm90), 40)
+        # 16 short variants, 16 flat decode (2 dtypes x 4 head-dim tiles x exact/padded), 8
+        # batched decode (d = 64 and 128), 8 flat prefill (d = 128 and 256).
+        self.assertEqual(len(sm90), 48)
         for name in ("fwd_prefill_short_fp16_d64_flat", "fwd_decode_bf16_d32p_flat", "fwd_prefill_fp16_d128_flat",
+                     "fwd_decode_batch_fp16_d128_flat", "fwd_decode_batch_bf16_d64p_flat",
                      "fwd_prefill_bf16_d256p_flat"):
             self.assertIn(name, sm90)
         for name in ("fwd_prefill_fp16_d64_flat", "fwd_prefill_fp16_d32_flat", "fwd_prefill_fp16_d128_paged",

@@ -152,19 +152,20 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   102, 189 against 171, 16 x 1024 243 against 246 (so 512 rows); d = 256 64x32 149 against
 #   133, 214 against 209. Not for unmasked calls: non-causal 32 x 512 d = 128 309 against 317,
 #   d = 64 261 against 293.
-# - decode_batch (src/triton/marshal.rs launches it instead of the decode tile when the grid has
-#   at least BATCHED_DECODE_WAVES programs per SM): the decode tile keeps two 128-key tiles in
-#   flight in 136 KiB at d = 128 (70 at d = 64), so one program runs per SM (three) and each wave
-#   of programs starts with an empty pipeline; 16x64 at 2 stages (d = 128, 38 KiB) or 3 (d = 64,
-#   36 KiB) lets 5-6 programs share an SM, one's loads covering another's start. H200, GQA 32/8, f16, b x s_k, us against the
-#   decode tile and cuDNN (JIT of the same source, one run): d = 128 40 x 1k 42.6 / 48.1 / 48.1,
-#   48 x 1k 49.5 / 53.3 / 52.7, 64 x 512 35.8 / 40.4 / 36.7, 64 x 1k 65.3 / 69.1 / 66.1, 64 x 2k
-#   125.1 / 127.5 / 125.8, 128 x 1k 125.2 / 129.3 / 126.1, 256 x 512 126.8 / 133.9 / 128.3, but
-#   96 x 1k 100.3 / 99.6 and (two programs per SM) 32 x 2k 65.9 / 65.4; MHA 32/32 16 x 1k 64.3
-#   / 68.3; d = 64 64 x 1k 35.3 / 39.8, 128 x 1k 65.8 / 67.1, 64 x 4k 126.3 / 139.9, 32 x 1k
-#   19.7 / 19.5. Not d = 256: its decode tile (16x64, 2 stages) was the fastest there (16x32 at
-#   2-4 stages and 8 warps 1-30% slower). Not d = 32: 16x64 at 3 stages was mixed (64 x 1k 21.8
-#   / 23.3, 64 x 4k 75.0 / 96.5, but 128 x 1k 53.5 / 43.8; another run).
+# - decode_batch (src/triton/marshal.rs launches it instead of the decode tile when the grid
+#   has at least BATCHED_DECODE_WAVES programs per SM): the decode tile keeps two 128-key tiles
+#   in flight in 136 KiB at d = 128 (70 at d = 64), so one program runs per SM (three) and each
+#   wave of programs starts with an empty pipeline; 16x64 at 2 stages (d = 128, 38 KiB) or 3
+#   (d = 64, 36 KiB) lets 5-6 programs share an SM, one's loads covering another's start.
+#   H200, GQA 32/8, f16, b x s_k, us against the decode tile and cuDNN (JIT of the same source,
+#   one run): d = 128 40 x 1k 42.6 / 48.1 / 48.1, 48 x 1k 49.5 / 53.3 / 52.7, 64 x 512 35.8 /
+#   40.4 / 36.7, 64 x 1k 65.3 / 69.1 / 66.1, 64 x 2k 125.1 / 127.5 / 125.8, 128 x 1k 125.2 /
+#   129.3 / 126.1, 256 x 512 126.8 / 133.9 / 128.3, but 96 x 1k 100.3 / 99.6 and (two programs
+#   per SM) 32 x 2k 65.9 / 65.4; MHA 32/32 16 x 1k 64.3 / 68.3; d = 64 64 x 1k 35.3 / 39.8,
+#   128 x 1k 65.8 / 67.1, 64 x 4k 126.3 / 139.9, 32 x 1k 19.7 / 19.5. Not d = 256: its decode
+#   tile (16x64, 2 stages) was the fastest there (16x32 at 2-4 stages and 8 warps 1-30%
+#   slower). Not d = 32: 16x64 at 3 stages was mixed (64 x 1k 21.8 / 23.3, 64 x 4k 75.0 /
+#   96.5, but 128 x 1k 53.5 / 43.8; another run).
 # - d=256 prefill: 128x64 with 8 warps and 2 stages (192 KiB of shared memory, which sm_90's 227
 #   allow) doubles 64x64's throughput: H200, b*s = 16384, 8 heads, 455-501 TFLOP/s against
 #   230-238 (scripts/bench_gpu.py --baseline, old binary beside new in one run).

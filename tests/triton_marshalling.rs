@@ -97,6 +97,23 @@ fn batch_request(softcap: Option<f32>) -> Request<'static> {
     }
 }
 
+/// A decode request (one query row per sequence) over paged K/V: the cumulative seqlens `sq`
+/// and `sk`, at most `max_seqlen_k` keys, the block `table` of pages of `page` rows.
+fn paged_decode_request<'a>(sq: &'a Tensor, sk: &'a Tensor, max_seqlen_k: usize, table: &'a Tensor, page: usize) -> Request<'a> {
+    Request {
+        varlen: Some(VarLenRequest {
+            seqlens_q: sq,
+            seqlens_k: sk,
+            max_seqlen_q: 1,
+            max_seqlen_k,
+            block_table: Some(table),
+            page_block_size: Some(page),
+            mm_prefix_ranges: None,
+        }),
+        ..batch_request(None)
+    }
+}
+
 #[test]
 fn selection_picks_tile_head_dim_and_features() {
     let imgs = images();
@@ -174,18 +191,7 @@ fn many_decode_programs_take_the_batched_tile_where_built() {
     let kv = zeros(&[2 * b as usize, page, h_k, 128], DType::F16);
     let table = Tensor::arange(0u32, 2 * b, &Device::Cpu).unwrap().reshape((b as usize, 2)).unwrap();
     let (sq, sk) = (u32s(&(0..=b).collect::<Vec<_>>()), u32s(&(0..=b).map(|i| 32 * i).collect::<Vec<_>>()));
-    let req = Request {
-        varlen: Some(VarLenRequest {
-            seqlens_q: &sq,
-            seqlens_k: &sk,
-            max_seqlen_q: 1,
-            max_seqlen_k: 32,
-            block_table: Some(&table),
-            page_block_size: Some(page),
-            mm_prefix_ranges: None,
-        }),
-        ..batch_request(None)
-    };
+    let req = paged_decode_request(&sq, &sk, 32, &table, page);
     let paged = AttnCall::new(&req, [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
     let plan = Plan::new(&paged, select(&paged, "gfx1100", RDNA3, imgs).unwrap(), 132).unwrap();
     assert_eq!((plan.kernels.fwd.tile, plan.kernels.fwd.paged, plan.grid[1]), (Tile::Decode, true, 512));
@@ -261,18 +267,7 @@ fn paged_arguments_with_any_page_size_and_a_split_decode() {
     let table = Tensor::arange(0u32, (2 * max_blocks) as u32, &Device::Cpu).unwrap();
     let table = table.minimum(blocks as u32 - 1).unwrap().reshape((2, max_blocks)).unwrap();
     let (sq, sk) = (u32s(&[0, 1, 2]), u32s(&[0, 1000, 3001]));
-    let req = Request {
-        varlen: Some(VarLenRequest {
-            seqlens_q: &sq,
-            seqlens_k: &sk,
-            max_seqlen_q: 1,
-            max_seqlen_k: 2001,
-            block_table: Some(&table),
-            page_block_size: Some(page),
-            mm_prefix_ranges: None,
-        }),
-        ..batch_request(None)
-    };
+    let req = paged_decode_request(&sq, &sk, 2001, &table, page);
     let call = AttnCall::new(&req, [DType::BF16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
     let mut images = images().to_vec();
     images.iter_mut().for_each(|i| i.dtype = KernelDtype::Bf16);
@@ -318,18 +313,7 @@ fn paged_decode_splits_for_two_resident_programs_per_unit() {
     let kv = Layout::contiguous((b * s_k / page, page, h_k, d));
     let table = Tensor::arange(0u32, (b * s_k / page) as u32, &Device::Cpu).unwrap().reshape((b, s_k / page)).unwrap();
     let (sq, sk) = (u32s(&[0, 1, 2, 3, 4]), u32s(&[0, 32768, 65536, 98304, 131072]));
-    let req = Request {
-        varlen: Some(VarLenRequest {
-            seqlens_q: &sq,
-            seqlens_k: &sk,
-            max_seqlen_q: 1,
-            max_seqlen_k: s_k,
-            block_table: Some(&table),
-            page_block_size: Some(page),
-            mm_prefix_ranges: None,
-        }),
-        ..batch_request(None)
-    };
+    let req = paged_decode_request(&sq, &sk, s_k, &table, page);
     let paged = AttnCall::new(&req, [DType::F16; 3], q.layout(), &kv, &kv).unwrap();
     assert_eq!(Plan::new(&paged, kernels(true, 74_240), 132).unwrap().num_splits, 8);
     assert_eq!(Plan::new(&paged, kernels(true, 139_264), 132).unwrap().num_splits, 4);

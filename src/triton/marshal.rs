@@ -18,10 +18,11 @@ const MAX_GRID_YZ: usize = 65535;
 /// Programs per compute unit from which a decode grid runs the batched decode tile
 /// ([`Kernels::batched`]): on sm_90 at d = 128 the decode tile's program holds an SM alone (136
 /// KiB of shared memory: two 128-key K/V tiles in flight), so every further wave starts with an
-/// empty pipeline, where the batched tile's 5-6 programs per SM cover each other's starts. H200, GQA 32/8, d = 128, f16 (JIT,
-/// kernels/aot.py has the figures): 2.4 programs per SM and more ran 5-12% faster than the decode
-/// tile at 512-1024 keys (96 x 1k, 5.8 per SM, 0.7% slower), 1.9 per SM 0.8% slower at 2k keys.
-/// A grid this large is never split ([`split::choose`] fills the device with it as it is).
+/// empty pipeline, where the batched tile's 5-6 programs per SM cover each other's starts. H200,
+/// GQA 32/8, d = 128, f16 (JIT; kernels/aot.py has the figures): from 2.4 programs per SM on,
+/// 2-11% faster than the decode tile at 512 to 2k keys (one shape of eight, 96 x 1k at 5.8 per
+/// SM, 0.7% slower); at 1.9 per SM 0.8% slower (32 x 2k). A grid this large is never split
+/// ([`split::choose`] finds the device full with it as it is).
 pub const BATCHED_DECODE_WAVES: usize = 2;
 
 /// One call's launch: the kernels, the attention grid and how the keys are split.

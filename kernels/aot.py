@@ -151,7 +151,11 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   against 121, 32 x 512 220 against 188, 16 x 1024 277 against 261; d = 64 64x64 129 against
 #   102, 189 against 171, 16 x 1024 243 against 246 (so 512 rows); d = 256 64x32 149 against
 #   133, 214 against 209. Not for unmasked calls: non-causal 32 x 512 d = 128 309 against 317,
-#   d = 64 261 against 293.
+#   d = 64 261 against 293. d <= 64 takes 3 stages (56 KiB at d = 64, 4 programs per SM):
+#   against 2, d = 64 causal 128 x 128 89.3-90.1 / 85.7-86.4, 64 x 256 149.3-151.2 /
+#   135.3-137.3, 32 x 512 217.8-223.1 / 193.6-195.5 (f16 and bf16, two runs each); d = 32
+#   65.1 / 63.6, 107.1 / 99.4, 151.6 / 138.6. Not d = 128 (64x64 at 3 stages: 32 x 512 +1-8%,
+#   but 128 x 128 97.8-98.7 / 103.2-104.7) nor d = 256 (64x32 at 3 stages 15-19% slower).
 # - decode_batch (src/triton/marshal.rs launches it instead of the decode tile when the grid
 #   has at least BATCHED_DECODE_WAVES programs per SM): the decode tile keeps two 128-key tiles
 #   in flight in 136 KiB at d = 128 (70 at d = 64), so one program runs per SM (three) and each
@@ -218,7 +222,7 @@ TILES = {
     ("sm86", "prefill_x"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 2, 0), 256: (64, 32, 4, 2, 0)},
     ("sm86", "decode"): {32: (16, 128, 4, 3, 0), 64: (16, 128, 4, 3, 0), 128: (16, 64, 4, 3, 0), 256: (16, 32, 4, 2, 0)},
     ("sm90", "prefill"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 2, 128), 256: (128, 64, 8, 2, 0)},
-    ("sm90", "prefill_short"): {32: (64, 64, 4, 2, 0), 64: (64, 64, 4, 2, 0), 128: (64, 32, 4, 2, 128), 256: (64, 32, 4, 2, 0)},
+    ("sm90", "prefill_short"): {32: (64, 64, 4, 3, 0), 64: (64, 64, 4, 3, 0), 128: (64, 32, 4, 2, 128), 256: (64, 32, 4, 2, 0)},
     ("sm90", "prefill_paged"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (128, 64, 8, 2, 0)},
     ("sm90", "prefill_x"): {32: (128, 64, 4, 3, 0), 64: (128, 64, 4, 3, 0), 128: (128, 64, 8, 3, 0), 256: (128, 64, 8, 2, 0)},
     ("sm90", "decode"): {32: (16, 128, 4, 3, 0), 64: (16, 128, 4, 3, 0), 128: (16, 128, 4, 3, 0), 256: (16, 64, 4, 2, 0)},

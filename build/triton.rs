@@ -201,6 +201,7 @@ fn entry(row: &Row, dir: &Path, ptx: bool) -> BuildResult<String> {
     let family = match row.get("family") {
         "fwd" => "Fwd",
         "merge" => "Merge",
+        "fwd_tma" => "FwdTma",
         other => return Err(format!("manifest: unknown family `{other}`")),
     };
     let tile = match row.get("tile") {

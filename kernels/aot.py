@@ -228,6 +228,23 @@ TILES = {
     ("sm90", "decode"): {32: (16, 128, 4, 3, 0), 64: (16, 128, 4, 3, 0), 128: (16, 128, 4, 3, 0), 256: (16, 64, 4, 2, 0)},
     ("sm90", "decode_batch"): {64: (16, 64, 4, 3, 0), 128: (16, 64, 4, 2, 0)},
 }
+# attention_tma.attn_fwd_tma (Hopper, Gluon; family "fwd_tma"): BLOCK_M, BLOCK_N, num_warps,
+# num_stages (K/V ring buffers) per target and head dim, built as exact-head-dim f16/bf16 variants
+# only (`fwd_tma_<dtype>_d<d>`). 64x64 with one warpgroup and two stages: 41 KiB at d = 64, 80
+# KiB at d = 128, so two or more programs share an SM and cover each other's pipeline start (160
+# KiB at d = 256: one). Three stages were slower on an H200 at every measured shape but two (d = 128
+# 64 x 256 non-causal +2%, 8 x 2048 causal +1.5%; d = 64 8 x 2048 7% slower). Against the tl
+# kernels (f16, TFLOP/s, non-causal / causal): d = 128 64 x 256 x 16 313 / 194 against 280 / 171,
+# 16 x 1024 516 / 405 against 443 / 318 (one run, beside each other); JIT, another run: d = 256
+# 64 x 256 x 8 282 / 176 against 272 / 162, 16 x 1024 474 / 357 against 441 / 322, 4 x 4096 554 /
+# 444 against 518 / 464. src/triton/tma.rs (max_keys) takes it up to the lengths where it won.
+TMA_TILES = {"sm90": {64: (64, 64, 4, 2), 128: (64, 64, 4, 2), 256: (64, 64, 4, 2)}}
+# What src/triton/tma.rs encodes for every descriptor of attn_fwd_tma: CU_TENSOR_MAP_SWIZZLE_128B
+# (triton's device-side enum value 3) and a box of 64 columns (128 bytes of f16/bf16, the swizzle
+# span) by the tile's rows; compile_one refuses a kernel whose descriptors Triton laid out otherwise.
+TMA_SWIZZLE_128B = 3
+TMA_BOX_COLS = 64
+
 # attn_merge: one packed row per program (the manifest's block_m), the splits read BLOCK_S at a
 # time (its block_n): BLOCK_S x the head-dim tile = 2,048 f32 partials per load block, 16 per
 # thread of its 4 warps on NVIDIA and RDNA (8 on CDNA's 64-lane waves).
@@ -412,6 +429,10 @@ def variants(block_dims, dtypes, target=None):
                             out.append((name, "fwd", fields))
                             if buffer_twin(target, fields):
                                 out.append((name + "_b32", "fwd", dict(fields, ptr32=True)))
+            if bd in TMA_TILES.get(tile_family(target) if target else None, {}):
+                out.append((f"fwd_tma_{dtype}_d{bd}", "fwd_tma",
+                            dict(tile="prefill", dtype=dtype, block_d=bd, even_d=True, paged=False, extras=False,
+                                 ptr32=False)))
             out.append((f"merge_{dtype}_d{bd}", "merge",
                         dict(tile="merge", dtype=dtype, block_d=bd, even_d=False, paged=False, extras=False,
                              ptr32=False)))
@@ -451,6 +472,39 @@ def signature(fn, pointers, floats, dtype, ptr32=False):
     return sig, attrs
 
 
+TMA_POINTERS = {"Out": "*{dt}", "Lse": "*fp32", "CuSeqQ": "*i32", "CuSeqK": "*i32", "Fault": "*i32"}
+# Triton's device-side TMA element types (its driver maps them to CUtensorMapDataType).
+TMA_ELEM_TYPES = {"fp16": 6, "bf16": 10}
+
+
+def tma_source(target, fields, dtype):
+    """attn_fwd_tma's compile source for one variant: (kernel, GluonASTSource, its TMA_TILES
+    entry). Each descriptor parameter is typed by its block and shared-memory layout (the NVMMA
+    layout Triton picks for the block), which fixes how Triton lays out its box."""
+    import attention_tma
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    fn = attention_tma.attn_fwd_tma
+    bd = fields["block_d"]
+    bm, bn, warps, stages = TMA_TILES[tile_family(target)][bd]
+    element = {"fp16": gl.float16, "bf16": gl.bfloat16}[dtype]
+    sig, attrs = signature(fn, TMA_POINTERS, ["sm_scale"], dtype)
+    for arg, rows in (("q_desc", bm), ("k_desc", bn), ("v_desc", bn)):
+        layout = gl.NVMMASharedLayout.get_default_for([rows, bd], element)
+        sig[arg] = f"tensordesc<{dtype}[{rows}, {bd}],{layout!r}>"
+    constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "HEAD_D": bd, "STAGES": stages}
+    return fn, GluonASTSource(fn, sig, constexprs=constexprs, attrs=attrs), (bm, bn, warps, stages)
+
+
+def check_tma_descriptors(what, meta, rows, dtype):
+    """Refuses descriptors other than those src/triton/tma.rs encodes (`rows` per descriptor)."""
+    want = [{"swizzle": TMA_SWIZZLE_128B, "elem_size": 2, "elem_type": TMA_ELEM_TYPES[dtype],
+             "block_size": [r, TMA_BOX_COLS], "fp4_padded": False} for r in rows]
+    if list(meta or []) != want:
+        raise RuntimeError(f"aot.py: {what}: TMA descriptors {meta}, src/triton/tma.rs encodes {want}")
+
+
 def compile_one(job):
     target, name, family, fields, out_dir = job
     import triton
@@ -461,7 +515,10 @@ def compile_one(job):
 
     kind = target_kind(target)
     dtype = DTYPES[fields["dtype"]]
-    if family == "fwd":
+    if family == "fwd_tma":
+        fn, src, (bm, bn, warps, stages) = tma_source(target, fields, dtype)
+        occupancy, sig = 0, src.signature
+    elif family == "fwd":
         fn = attention.attn_fwd
         bm, bn, warps, stages, occupancy = kernel_tile(target, fields)
         sig, attrs = signature(fn, FWD_POINTERS, FWD_FLOATS, dtype, fields.get("ptr32", False))
@@ -473,11 +530,12 @@ def compile_one(job):
         bm, bn, warps, stages, occupancy = MERGE_ROWS, MERGE_PARTIALS // fields["block_d"], MERGE_WARPS, 1, 0
         sig, attrs = signature(fn, MERGE_POINTERS, [], dtype)
         constexprs = {"BLOCK_S": bn, "BLOCK_D": fields["block_d"]}
-    for key in constexprs:
-        sig[key] = "constexpr"
+    if family != "fwd_tma":
+        for key in constexprs:
+            sig[key] = "constexpr"
+        src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
     started = time.time()
     target_obj = gpu_target(target)
-    src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
     options = {"num_warps": warps, "num_stages": stages}
     if occupancy:
         # The tile's occupancy hint: waves per EU on AMD, registers per thread (maxnreg) on NVIDIA.
@@ -491,6 +549,8 @@ def compile_one(job):
     # in main(), which then fails.
     if any(scratch):
         raise RuntimeError(f"aot.py: {target}/{name} needs scratch memory {scratch}; the launcher passes none")
+    if family == "fwd_tma":
+        check_tma_descriptors(f"{target}/{name}", md.tensordesc_meta, [bm, bn, bn], fields["dtype"])
     threads = warps * target_obj.warp_size
     if kind == "cuda":
         binary, ext, vspill, sspill = kernel.asm["cubin"], "cubin", 0, 0

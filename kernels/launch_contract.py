@@ -13,11 +13,18 @@ import re
 def launch_args(sig, scratch_args):
     """(name, bytes) of every argument src/triton/launch.rs passes, in order: the kernel's
     non-constexpr parameters (the order of `sig`, the kernel's own), then `scratch_args` null
-    pointers for the scratch buffers Triton appends."""
+    pointers for the scratch buffers Triton appends. A host TMA descriptor (`tensordesc<...>`)
+    is passed as Triton's launcher passes it: the 128-byte CUtensorMap, then the view's shape
+    (i32 each) and strides (i64 each)."""
     sizes = {"i32": 4, "i64": 8, "fp32": 4}
     args = []
     for arg, ty in sig.items():
         if ty == "constexpr":
+            continue
+        if ty.startswith("tensordesc<"):
+            rank = ty.split("]")[0].count(",") + 1
+            args.append((arg, 128))
+            args += [(f"{arg} shape {i}", 4) for i in range(rank)] + [(f"{arg} stride {i}", 8) for i in range(rank)]
             continue
         if not ty.startswith("*") and ty not in sizes:
             raise ValueError(f"no launch size for parameter {arg} of type {ty}")
@@ -119,6 +126,11 @@ def ptx_kernel_facts(ptx, kernel):
         raise ValueError(f"no .entry {kernel} in the PTX")
     sizes = []
     for param in filter(None, (p.strip() for p in entry.group(1).split(","))):
+        # A by-value CUtensorMap: `.param .align 64 .b8 name[128]`.
+        blob = re.match(r"\.param\s+\.align\s+\d+\s+\.b8\s+\w+\[(\d+)\]$", param)
+        if blob:
+            sizes.append(int(blob.group(1)))
+            continue
         width = re.match(r"\.param\s+\.[bsuf](\d+)\b", param)
         if not width or "[" in param:
             raise ValueError(f"unexpected PTX parameter {param!r}")

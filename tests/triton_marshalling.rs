@@ -9,7 +9,7 @@ use flash_attn_rocm::rocm::DeviceBuffers;
 use flash_attn_rocm::triton::targets::DeviceLimits;
 use flash_attn_rocm::triton::{
     fwd_args, merge_args, select, ArgValue, Family, FwdArgs, KernelDtype, KernelImage, Kernels, MergeArgs, Plan, Tile,
-    BATCHED_DECODE_WAVES,
+    TmaFwdArgs, BATCHED_DECODE_WAVES,
 };
 use rand::Rng;
 
@@ -17,24 +17,32 @@ const BUFFERS: DeviceBuffers = common::outcome::FAKE_BUFFERS;
 /// An RX 7900 XTX's (gfx1100) limits: 64 KiB of LDS per workgroup.
 const RDNA3: DeviceLimits = DeviceLimits { max_shared_per_block: 64 * 1024, max_threads_per_block: 1024, host_native_atomics: true };
 
-/// The parameter names of `def <kernel>(...)` in kernels/attention.py, constexprs excluded.
-fn kernel_params(kernel: &str) -> Vec<String> {
-    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/kernels/attention.py")).unwrap();
+/// The parameter names of `def <kernel>(...)` in kernels/<file>, constexprs excluded.
+fn kernel_params(file: &str, kernel: &str) -> Vec<String> {
+    let src = std::fs::read_to_string(format!("{}/kernels/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
     let start = src.find(&format!("def {kernel}(")).expect("kernel in source") + kernel.len() + 5;
     let body = &src[start..start + src[start..].find("):").unwrap()];
     body.split(',')
         .map(str::trim)
-        .filter(|p| !p.is_empty() && !p.contains("tl.constexpr"))
+        .filter(|p| !p.is_empty() && !p.contains("constexpr"))
         .map(str::to_string)
         .collect()
 }
 
 #[test]
 fn argument_structs_follow_the_kernel_signatures() {
-    assert_eq!(FwdArgs::PARAMS, kernel_params("attn_fwd"));
-    assert_eq!(MergeArgs::PARAMS, kernel_params("attn_merge"));
+    assert_eq!(FwdArgs::PARAMS, kernel_params("attention.py", "attn_fwd"));
+    assert_eq!(MergeArgs::PARAMS, kernel_params("attention.py", "attn_merge"));
+    assert_eq!(TmaFwdArgs::PARAMS, kernel_params("attention_tma.py", "attn_fwd_tma"));
     assert_eq!(FwdArgs::default().values().len(), FwdArgs::PARAMS.len());
     assert_eq!(MergeArgs::default().values().len(), MergeArgs::PARAMS.len());
+    // Each descriptor goes as Triton lowers it: the map, then the view's two sizes and strides.
+    let values = TmaFwdArgs::default().values();
+    assert_eq!(values.len(), TmaFwdArgs::PARAMS.len() + 3 * 4);
+    for desc in 0..3 {
+        assert!(matches!(values[desc * 5], ArgValue::TensorMap(_)));
+        assert!(matches!(values[desc * 5 + 1..desc * 5 + 5], [ArgValue::I32(_), ArgValue::I32(_), ArgValue::I64(_), ArgValue::I64(_)]));
+    }
 }
 
 fn image(tile: Tile, family: Family, block_d: u32, even_d: bool, paged: bool, extras: bool) -> KernelImage {
@@ -306,7 +314,7 @@ fn paged_decode_splits_for_two_resident_programs_per_unit() {
     let kernels = |paged: bool, shared: u32| {
         let fwd = KernelImage { target: "sm_90", block_n: 128, shared, ..image(Tile::Decode, Family::Fwd, 128, true, paged, false) };
         let merge = KernelImage { target: "sm_90", ..image(Tile::Merge, Family::Merge, 128, false, false, false) };
-        Kernels { fwd: Box::leak(Box::new(fwd)), fwd_b32: None, merge: Box::leak(Box::new(merge)), batched: None }
+        Kernels { fwd: Box::leak(Box::new(fwd)), fwd_b32: None, merge: Box::leak(Box::new(merge)), batched: None, tma: None }
     };
     let (b, s_k, page, h, h_k, d) = (4, 32768, 16, 32, 8, 128);
     let q = zeros(&[b, h, d], DType::F16);
@@ -330,7 +338,7 @@ fn paged_decode_splits_for_two_resident_programs_per_unit() {
 fn windowed_decode_splits_the_window_not_the_cache() {
     let fwd = KernelImage { target: "sm_90", block_n: 128, ..image(Tile::Decode, Family::Fwd, 128, true, false, false) };
     let merge = KernelImage { target: "sm_90", ..image(Tile::Merge, Family::Merge, 128, false, false, false) };
-    let kernels = Kernels { fwd: Box::leak(Box::new(fwd)), fwd_b32: None, merge: Box::leak(Box::new(merge)), batched: None };
+    let kernels = Kernels { fwd: Box::leak(Box::new(fwd)), fwd_b32: None, merge: Box::leak(Box::new(merge)), batched: None, tma: None };
     let (s_k, window) = (32768, 4096);
     let q = zeros(&[1, 1, 32, 128], DType::F16);
     let kv = Layout::contiguous((1, s_k, 8, 128));

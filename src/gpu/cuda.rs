@@ -7,10 +7,13 @@ use std::ffi::{c_char, c_void};
 use std::sync::{Mutex, PoisonError};
 
 use super::library::{self, Candidates, DriverLibrary};
-use super::loader::driver_functions;
+use super::loader::{driver_functions, symbol};
 use super::{
-    call, device_limits_from_attributes, text_or_unknown, Api, Backend, DeviceLimits, GpuResult,
+    call, GpuError, device_limits_from_attributes, text_or_unknown, Api, Backend, DeviceLimits, GpuResult,
     Handle, MappedHostMemory, SharedCalls,
+};
+use super::tensor_map::{
+    TensorMap, TiledView, INTERLEAVE_NONE, L2_PROMOTION_128B, OOB_FILL_NONE, SWIZZLE_128B,
 };
 
 /// Where the CUDA driver is looked for: the one already loaded (by the CUDA runtime or the
@@ -74,8 +77,29 @@ driver_functions! {
     }
 }
 
+/// `cuTensorMapEncodeTiled` (CUDA 12 drivers on): `CUtensorMap *`, `CUtensorMapDataType`, rank,
+/// global address, dims, strides (bytes, rank - 1 of them), box dims, element strides, and the
+/// interleave, swizzle, L2 promotion and out-of-bounds fill enums.
+type EncodeTiledFn = unsafe extern "C" fn(
+    *mut TensorMap,
+    i32,
+    u32,
+    *mut c_void,
+    *const u64,
+    *const u64,
+    *const u32,
+    *const u32,
+    i32,
+    i32,
+    i32,
+    i32,
+) -> i32;
+
 struct Cuda {
     functions: CudaFunctions,
+    /// Older drivers lack it: only the TMA kernels need it, so its absence is an `Err` at their
+    /// launch rather than at opening the driver.
+    encode_tiled: Option<EncodeTiledFn>,
     shared: SharedCalls,
     /// `cuInit` answered `CUDA_ERROR_NO_DEVICE`: the driver works but sees no GPU.
     no_device: bool,
@@ -101,8 +125,11 @@ pub(super) fn open() -> GpuResult<Box<dyn Backend>> {
         get_function: call!(functions.cuModuleGetFunction),
         launch: call!(functions.cuLaunchKernel),
     };
+    // SAFETY: EncodeTiledFn is cuTensorMapEncodeTiled's C signature from cuda.h.
+    let encode_tiled = unsafe { symbol::<EncodeTiledFn>(library.library(), Api::Cuda, "cuTensorMapEncodeTiled") }.ok();
     let cuda = Cuda {
         functions,
+        encode_tiled,
         shared,
         no_device: status == CUDA_ERROR_NO_DEVICE,
         primary_contexts: Mutex::new(HashMap::new()),
@@ -276,6 +303,40 @@ impl Backend for Cuda {
 
     /// A thread with no current context starts on device 0 (its primary context), as a HIP
     /// thread does; any other status of `cuCtxGetDevice` is an error.
+    fn encode_tensor_map(&self, view: &TiledView) -> GpuResult<TensorMap> {
+        let Some(encode) = self.encode_tiled else {
+            let message = "the CUDA driver has no cuTensorMapEncodeTiled (CUDA 12 or later has)".to_owned();
+            return Err(GpuError::local(Api::Cuda, "cuTensorMapEncodeTiled", message));
+        };
+        let mut map = TensorMap::default();
+        // Innermost dimension first.
+        let dims = [view.cols, view.rows];
+        let strides = [view.row_stride_bytes];
+        let boxes = [view.box_cols, view.box_rows];
+        let element_strides = [1u32, 1];
+        // SAFETY: `map` is a writable, 64-byte aligned CUtensorMap; the arrays hold `rank` (2)
+        // entries (strides rank - 1) and outlive the call, which only reads them; the address is
+        // not dereferenced here (the kernel reads through the descriptor).
+        let status = unsafe {
+            encode(
+                &mut map,
+                view.element.cuda_enum(),
+                2,
+                view.base as *mut c_void,
+                dims.as_ptr(),
+                strides.as_ptr(),
+                boxes.as_ptr(),
+                element_strides.as_ptr(),
+                INTERLEAVE_NONE,
+                SWIZZLE_128B,
+                L2_PROMOTION_128B,
+                OOB_FILL_NONE,
+            )
+        };
+        self.check("cuTensorMapEncodeTiled", status)?;
+        Ok(map)
+    }
+
     fn current_device(&self) -> GpuResult<i32> {
         match self.current_device_if_any()? {
             Some(ordinal) => Ok(ordinal),

@@ -22,6 +22,7 @@ mod library;
 mod loader;
 mod module;
 mod scope;
+mod tensor_map;
 
 use std::ffi::{c_char, c_void};
 use std::sync::{Arc, OnceLock};
@@ -33,6 +34,7 @@ pub use hip::{HIP_DEVICE_PROP_R0600_SIZE, HIP_GCN_ARCH_NAME_OFFSET, HIP_HEADER_C
 pub use crate::triton::targets::DeviceLimits;
 pub use module::{Function, Module};
 pub use scope::with_device;
+pub use crate::triton::tma::{MapElement, TensorMap, TiledView};
 
 /// An opaque driver handle (module, function, context, stream, HIP device pointer).
 type Handle = *mut c_void;
@@ -123,6 +125,13 @@ trait Backend: Send + Sync {
     /// # Safety
     /// `addr..addr + 4 * count` lies in one live allocation of the stream's device.
     unsafe fn fill_u32_async(&self, addr: usize, value: u32, count: usize, stream: usize) -> GpuResult<()>;
+
+    /// Encodes a TMA descriptor of `view` (CUDA 12 drivers; an `Err` elsewhere).
+    fn encode_tensor_map(&self, view: &TiledView) -> GpuResult<TensorMap> {
+        let _ = view;
+        let message = "this driver has no TMA descriptors (CUDA 12 on sm_90 or later has)".to_owned();
+        Err(GpuError::local(self.api(), "cuTensorMapEncodeTiled", message))
+    }
 
     /// The ordinal of this thread's current device. A CUDA thread that never chose one has no
     /// current context; its backend overrides this to start it on device 0, as HIP does.
@@ -327,6 +336,12 @@ impl Driver {
     /// here (`hipDeviceSynchronize` / `cuCtxSynchronize`).
     pub fn synchronize(&self) -> GpuResult<()> {
         self.backend.synchronize()
+    }
+
+    /// The TMA descriptor of `view`, for a kernel that takes it by value: an `Err` from drivers
+    /// without them (HIP, CUDA before 12) or for a view the driver refuses.
+    pub fn encode_tensor_map(&self, view: &TiledView) -> GpuResult<TensorMap> {
+        self.backend.encode_tensor_map(view)
     }
 }
 

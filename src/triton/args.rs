@@ -1,6 +1,9 @@
 //! The kernels' parameter lists as Rust structs: one field per parameter of `attn_fwd` /
 //! `attn_merge` in kernels/attention.py, in the same order (a test compares the names with the
-//! Python source), turned into the driver's argument array at launch.
+//! Python source), and of `attn_fwd_tma` in kernels/attention_tma.py, turned into the driver's
+//! argument array at launch.
+
+use super::tma::TensorMap;
 
 /// One kernel argument as the driver passes it (by address of its value).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -13,6 +16,28 @@ pub enum ArgValue {
     I64(i64),
     /// A 32-bit float: the softmax scale and the softcap.
     F32(f32),
+    /// A TMA descriptor passed by value (`attn_fwd_tma`).
+    TensorMap(TensorMap),
+}
+
+/// A host TMA descriptor argument as Triton lowers one: the descriptor, then the 2-D view's
+/// shape and strides (elements), which the kernel receives but reads through the descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct TensorDescArg {
+    /// The descriptor.
+    pub map: TensorMap,
+    /// `[rows, cols]`.
+    pub shape: [i32; 2],
+    /// `[row stride, 1]`.
+    pub strides: [i64; 2],
+}
+
+impl TensorDescArg {
+    fn push_values(&self, values: &mut Vec<ArgValue>) {
+        values.push(ArgValue::TensorMap(self.map));
+        values.extend(self.shape.map(ArgValue::I32));
+        values.extend(self.strides.map(ArgValue::I64));
+    }
 }
 
 macro_rules! kernel_args {
@@ -33,7 +58,9 @@ macro_rules! kernel_args {
 
             /// The values in parameter order.
             pub fn values(&self) -> Vec<ArgValue> {
-                vec![$(kernel_args!(@value $kind, self.$field)),*]
+                let mut values = Vec::with_capacity(Self::PARAMS.len());
+                $(kernel_args!(@push values, $kind, self.$field);)*
+                values
             }
         }
     };
@@ -41,10 +68,12 @@ macro_rules! kernel_args {
     (@type i32) => { i32 };
     (@type i64) => { i64 };
     (@type f32) => { f32 };
-    (@value ptr, $v:expr) => { ArgValue::Ptr($v) };
-    (@value i32, $v:expr) => { ArgValue::I32($v) };
-    (@value i64, $v:expr) => { ArgValue::I64($v) };
-    (@value f32, $v:expr) => { ArgValue::F32($v) };
+    (@type tdesc) => { TensorDescArg };
+    (@push $values:ident, tdesc, $v:expr) => { $v.push_values(&mut $values) };
+    (@push $values:ident, ptr, $v:expr) => { $values.push(ArgValue::Ptr($v)) };
+    (@push $values:ident, i32, $v:expr) => { $values.push(ArgValue::I32($v)) };
+    (@push $values:ident, i64, $v:expr) => { $values.push(ArgValue::I64($v)) };
+    (@push $values:ident, f32, $v:expr) => { $values.push(ArgValue::F32($v)) };
 }
 
 kernel_args! {
@@ -137,5 +166,41 @@ kernel_args! {
         num_heads_k: i32 = "num_heads_k",
         head_dim: i32 = "head_dim",
         num_splits: i32 = "num_splits",
+    }
+}
+
+kernel_args! {
+    /// `attn_fwd_tma`'s arguments (kernels/attention_tma.py): TMA descriptors of 2-D views of q, k
+    /// and v, then the call's sequence and head facts. Head strides count elements.
+    pub struct TmaFwdArgs {
+        q: tdesc = "q_desc",
+        k: tdesc = "k_desc",
+        v: tdesc = "v_desc",
+        out: ptr = "Out",
+        lse: ptr = "Lse",
+        cu_seqlens_q: ptr = "CuSeqQ",
+        cu_seqlens_k: ptr = "CuSeqK",
+        fault: ptr = "Fault",
+        sm_scale: f32 = "sm_scale",
+        stride_qh: i32 = "stride_qh",
+        stride_kh: i32 = "stride_kh",
+        stride_vh: i32 = "stride_vh",
+        /// Batch mode: view rows from one sequence to the next (batch stride / row stride); 0 in
+        /// varlen mode.
+        q_batch_rows: i32 = "q_batch_rows",
+        k_batch_rows: i32 = "k_batch_rows",
+        v_batch_rows: i32 = "v_batch_rows",
+        stride_lb: i32 = "stride_lb",
+        stride_lh: i32 = "stride_lh",
+        is_varlen: i32 = "is_varlen",
+        seqlen_q: i32 = "seqlen_q",
+        seqlen_k: i32 = "seqlen_k",
+        total_rows: i32 = "total_rows",
+        kv_rows: i32 = "kv_rows",
+        kv_len_cap: i32 = "kv_len_cap",
+        num_heads: i32 = "num_heads",
+        num_heads_k: i32 = "num_heads_k",
+        /// Keys right of the diagonal a query sees; -1: unbounded (no diagonal).
+        window_right: i32 = "window_right",
     }
 }

@@ -2,9 +2,10 @@
 //! through either driver (HIP on AMD GPUs, CUDA for the NVIDIA verification build).
 use super::args::ArgValue;
 use super::marshal::{fwd_args, merge_args, Plan};
-use super::registry::{KernelImage, KERNELS};
+use super::registry::{Family, KernelImage, KERNELS};
+use super::tma;
 use super::select::select;
-use crate::gpu::{Api, DeviceLimits, Driver, Function, Module};
+use crate::gpu::{Api, DeviceLimits, Driver, Function, Module, TensorMap};
 use crate::params::AttnCall;
 use crate::rocm::DeviceBuffers;
 use candle::Result;
@@ -100,11 +101,23 @@ pub unsafe fn launch(driver: &'static Driver, call: &AttnCall, plan: &Plan, buff
     let device = device_key(driver)?;
     let buffers = DeviceBuffers { fault: driver.fault_slot(buffers.stream)?.device_addr(), ..*buffers };
     let fwd = fwd_args(call, &buffers, plan)?;
-    // SAFETY: the argument list is the kernel's parameter list (FwdArgs mirrors attn_fwd, checked
-    // by a test against the source), the grid is the plan's, and the caller upholds the buffer
-    // and stream contract above.
     let image = plan.kernels.fwd_for(call, plan.num_splits, &buffers);
-    unsafe { run(driver, device, image, plan.grid, fwd.values(), buffers.stream) }?;
+    let values = match image.family {
+        Family::FwdTma => {
+            let views = tma::views(call, &fwd, image);
+            let mut maps = [TensorMap::default(); 3];
+            for (map, view) in maps.iter_mut().zip(&views) {
+                *map = driver.encode_tensor_map(view)?;
+            }
+            tma::tma_args(call, &fwd, &views, maps)?.values()
+        }
+        _ => fwd.values(),
+    };
+    // SAFETY: the argument list is the kernel's parameter list (FwdArgs mirrors attn_fwd and
+    // TmaFwdArgs attn_fwd_tma, checked by a test against the sources), the grid is the plan's,
+    // and the caller upholds the buffer and stream contract above (the descriptors describe
+    // views inside q, k and v).
+    unsafe { run(driver, device, image, plan.grid, values, buffers.stream) }?;
     if plan.num_splits > 1 {
         let merge = merge_args(&fwd);
         // SAFETY: as above, with MergeArgs mirroring attn_merge; the stream orders it after attn_fwd.
@@ -142,6 +155,7 @@ unsafe fn run(
             ArgValue::I32(x) => x as *mut i32 as *mut c_void,
             ArgValue::I64(x) => x as *mut i64 as *mut c_void,
             ArgValue::F32(x) => x as *mut f32 as *mut c_void,
+            ArgValue::TensorMap(map) => map as *mut TensorMap as *mut c_void,
         })
         .collect();
     // SAFETY: `pointers` point into `values`, alive until the driver has copied them (at the
@@ -155,7 +169,7 @@ mod tests {
     use super::*;
     use crate::gpu::tests::mock::mock_driver;
     use crate::params::{Request, VarLenRequest};
-    use crate::triton::{Family, KernelDtype, Kernels, Tile};
+    use crate::triton::{KernelDtype, Kernels, Tile};
     use candle::{DType, Device, Tensor};
     use std::sync::atomic::Ordering;
 
@@ -208,7 +222,7 @@ mod tests {
         let q = Tensor::zeros((b, h, d), DType::F16, dev).unwrap();
         let kv = Tensor::zeros((b * max_blocks, page, h_k, d), DType::F16, dev).unwrap();
         let call = AttnCall::on_device(&req, [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
-        let kernels = Kernels { fwd: image(Family::Fwd, Tile::Decode, 16, 64), fwd_b32: None, merge: image(Family::Merge, Tile::Merge, 1, 16), batched: None };
+        let kernels = Kernels { fwd: image(Family::Fwd, Tile::Decode, 16, 64), fwd_b32: None, merge: image(Family::Merge, Tile::Merge, 1, 16), batched: None, tma: None };
         let plan = Plan::new(&call, kernels, 304).unwrap();
         assert!(plan.num_splits > 1, "{plan:?}");
         // The mock reads the low 32 bits of a launch's first argument (q, out) as its status:

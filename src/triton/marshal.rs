@@ -50,6 +50,22 @@ impl Plan {
         let rows = if call.total_q == 0 { 0 } else { call.max_seqlen_q * call.group_size() };
         let heads = call.batch * call.num_heads_k;
         let programs_of = |fwd: &KernelImage| rows.div_ceil(fwd.block_m as usize) * heads;
+        // The TMA kernel, one program per (64-row query block, sequence, query head), where it
+        // serves the call and its grid fills the device: it never splits the keys, so a smaller
+        // grid is left to the kernel that does.
+        if let Some(tma) = kernels.tma() {
+            let blocks_m = if call.total_q == 0 { 0 } else { call.max_seqlen_q.div_ceil(tma.fwd.block_m as usize) };
+            let heads = call.batch * call.num_heads;
+            if blocks_m * heads >= units {
+                return Ok(Self {
+                    kernels: tma,
+                    grid: [u32_of("query blocks", blocks_m)?, u32_of("batch x heads", heads)?, 1],
+                    num_splits: 1,
+                    split_len: call.max_seqlen_k.max(1).next_multiple_of(tma.fwd.block_n as usize),
+                    merge_grid: [0, 0, 1],
+                });
+            }
+        }
         let kernels = match kernels.batched() {
             Some(batched) if programs_of(kernels.fwd) >= BATCHED_DECODE_WAVES * units.max(1) => batched,
             _ => kernels,

@@ -20,8 +20,9 @@ pub mod select;
 pub mod span;
 pub mod split;
 pub mod targets;
+pub mod tma;
 
-pub use args::{ArgValue, FwdArgs, MergeArgs};
+pub use args::{ArgValue, FwdArgs, MergeArgs, TensorDescArg, TmaFwdArgs};
 #[cfg(feature = "triton")]
 pub use launch::{current_device, launch, plan, take_faults, DeviceInfo};
 pub use marshal::{fwd_args, merge_args, Plan, BATCHED_DECODE_WAVES};

@@ -32,6 +32,10 @@ pub struct Kernels {
     /// tile, where built: [`super::Plan`] launches it instead of `fwd` when the grid has many
     /// programs per compute unit ([`Kernels::batched`]).
     pub batched: Option<BatchedDecode>,
+    /// The TMA prefill kernel ([`super::Family::FwdTma`], sm_90) where built for the call and it
+    /// serves it ([`super::tma::serves`]): [`super::Plan`] launches it instead of `fwd` when its
+    /// grid fills the device (it does not split the keys).
+    pub tma: Option<&'static KernelImage>,
 }
 
 /// The batched decode tile's attention image and its 32-bit twin ([`Kernels::batched`]).
@@ -46,7 +50,12 @@ pub struct BatchedDecode {
 impl Kernels {
     /// These kernels with the batched decode tile as the attention kernel, where built.
     pub fn batched(&self) -> Option<Kernels> {
-        self.batched.map(|b| Kernels { fwd: b.fwd, fwd_b32: b.fwd_b32, merge: self.merge, batched: None })
+        self.batched.map(|b| Kernels { fwd: b.fwd, fwd_b32: b.fwd_b32, merge: self.merge, batched: None, tma: None })
+    }
+
+    /// These kernels with the TMA kernel as the attention kernel, where it serves the call.
+    pub fn tma(&self) -> Option<Kernels> {
+        self.tma.map(|fwd| Kernels { fwd, fwd_b32: None, merge: self.merge, batched: None, tma: None })
     }
 
     /// The `attn_fwd` image to launch for `call` with `num_splits` key splits on `buffers`: the
@@ -186,6 +195,8 @@ struct Wanted {
     decode: bool,
     /// A plain, flat, masked call of few enough rows for the short prefill tile.
     short: bool,
+    /// A call the TMA kernel serves (where built for its dtype and exact head dim).
+    tma: bool,
 }
 
 impl Wanted {
@@ -210,6 +221,7 @@ impl Wanted {
                 && !call.window.is_unbounded()
                 && rows <= SHORT_PREFILL_LEN
                 && call.max_seqlen_k <= SHORT_PREFILL_LEN,
+            tma: super::tma::serves(call),
         })
     }
 
@@ -237,7 +249,15 @@ impl Wanted {
                 .map(|batched| BatchedDecode { fwd: batched.fwd, fwd_b32: batched.fwd_b32 }),
             _ => None,
         };
-        Some(Kernels { batched, ..kernels })
+        let tma = self.tma.then(|| self.tma_image(target, images, usable)).flatten();
+        Some(Kernels { batched, tma, ..kernels })
+    }
+
+    /// The TMA image of `target` for the call's dtype and exact head dim, if built and usable.
+    fn tma_image(&self, target: &str, images: &'static [KernelImage], usable: &dyn Fn(&KernelImage) -> bool) -> Option<&'static KernelImage> {
+        images.iter().find(|img| {
+            img.family == Family::FwdTma && img.target == target && img.dtype == self.dtype && img.block_d == self.d && usable(img)
+        })
     }
 
     /// The kernels of `target` for the call with the `attn_fwd` tile `tile`, among the images
@@ -266,7 +286,7 @@ impl Wanted {
                 && !img.ptr32
         })?;
         let merge = smallest(&|img| img.family == Family::Merge)?;
-        Some(Kernels { fwd, fwd_b32: twin_b32(fwd, images).filter(|twin| usable(twin)), merge, batched: None })
+        Some(Kernels { fwd, fwd_b32: twin_b32(fwd, images).filter(|twin| usable(twin)), merge, batched: None, tma: None })
     }
 }
 

@@ -1,7 +1,8 @@
 //! What only the Triton path serves, on the GPU against the CPU: head dims off CK's tiles,
 //! softcap together with ALiBi, pages of any size with `mm_prefix_ranges`, decode calls whose
 //! keys are split (and merged), paged decode on every head-dim tile, decode grids of many programs
-//! (the batched decode tile where built), and the calls it refuses.
+//! (the batched decode tile where built), prompts the TMA kernel serves (where built) and those it
+//! leaves to the others, and the calls it refuses.
 
 use candle::{DType, Device, Tensor};
 use flash_attn_rocm as fa;
@@ -249,7 +250,14 @@ pub fn short_masked_prompts_match_cpu() {
         let f = x.features(&c);
         let chosen = fa::explain(|| fa::triton::offload::run_on_gpu(driver, || calls::batch(&x.q, &x.k, &x.v, f))).unwrap();
         let has_short = fa::triton::KERNELS.iter().any(|k| k.target == chosen.target && k.tile == fa::triton::Tile::PrefillShort);
-        let tile = if has_short { "fwd_prefill_short_" } else { "fwd_prefill_" };
+        // Causal d = 64 and 128 prompts take the TMA kernel where built, if their grid fills the
+        // device (not at this batch on an H100 or H200).
+        let units = fa::triton::current_device(driver).unwrap().1.units;
+        let tile = match (has_tma(&chosen.target, d), has_short) {
+            (true, _) if window == CAUSAL && tma_programs(&c) >= units => "fwd_tma_",
+            (_, true) => "fwd_prefill_short_",
+            _ => "fwd_prefill_",
+        };
         assert!(chosen.variant.starts_with(tile), "{c:?} ran {} on {}", chosen.variant, chosen.target);
         check_lse_variant(&format!("{c:?}"), &cpu, &[&x.q, &x.k, &x.v], &exp, false, |a| {
             with_lse(calls::batch_op(f).forward_with_lse(&a[0], &a[1], &a[2]))
@@ -298,6 +306,84 @@ pub fn batched_decode_matches_cpu() {
         assert_eq!(chosen.splits, 1, "{c:?}");
         check_lse_variant(&format!("{c:?}"), &cpu, &[&x.q, &x.k, &x.v], &exp, false, |a| {
             with_lse(calls::batch_op(f).forward_with_lse(&a[0], &a[1], &a[2]))
+        });
+    }
+}
+
+/// The TMA kernel's grid for batch case `c`: one program per 64 queries of a sequence and head.
+fn tma_programs(c: &BatchCase) -> usize {
+    c.s_q.div_ceil(64) * c.b * c.h
+}
+
+/// Whether this build has the TMA kernel for `target` at head dim `d`.
+fn has_tma(target: &str, d: usize) -> bool {
+    fa::triton::KERNELS.iter().any(|k| k.target == target && k.family == fa::triton::Family::FwdTma && k.block_d as usize == d)
+}
+
+/// Prompts the TMA kernel serves where built (sm_90, d = 64, 128 and 256): GQA and MHA, causal with
+/// fewer keys than queries (rows that see no key), a right window, lengths off its 64-row tiles,
+/// k and v narrowed from caches whose unused rows hold NaN (rows its tiles read past a sequence);
+/// and prompts it leaves to the other kernels (left window, heads strided across rows, more keys
+/// than it takes, head dim 96). Batches are large enough for a grid that fills the device, which
+/// the TMA kernel needs. Each runs the kernel `explain` names and matches the CPU, output and LSE;
+/// varlen batches of mixed lengths, empty ones included, too.
+pub fn tma_prompts_match_cpu() {
+    let Some((cpu, mut rng)) = gpu_and_rng("tma_prompts_match_cpu") else {
+        return;
+    };
+    let driver = crate::check::driver().unwrap();
+    let units = fa::triton::current_device(driver).unwrap().1.units;
+    // (b, s_q, s_k, h, h_k, d, window, transposed, whether the TMA kernel serves it)
+    let cases = [
+        (3, 130, 200, 8, 2, 128, CAUSAL, false, true),
+        (2, 64, 517, 4, 4, 64, NONE, false, true),
+        (2, 300, 100, 4, 1, 64, CAUSAL, false, true),
+        (1, 200, 200, 4, 2, 128, (None, Some(5)), false, true),
+        (2, 1000, 1000, 2, 1, 128, CAUSAL, false, true),
+        (2, 100, 100, 4, 2, 128, NONE, true, false),
+        (2, 100, 2100, 4, 2, 64, NONE, false, false),
+        (2, 200, 300, 4, 2, 256, CAUSAL, false, true),
+        (2, 130, 130, 4, 2, 128, (Some(20), Some(0)), false, false),
+        (2, 130, 130, 4, 2, 96, CAUSAL, false, false),
+    ];
+    for (n, (b, s_q, s_k, h, h_k, d, window, transposed, serves)) in cases.into_iter().enumerate() {
+        let dtype = DTYPES[n % 2];
+        let mut c = BatchCase { b, s_q, s_k, h, h_k, d, dtype, window, alibi: false, softcap: None, transposed };
+        c.b = b.max(units.div_ceil(tma_programs(&c) / b));
+        let b = c.b;
+        let mut x = batch_inputs(&c, &mut rng);
+        let exp = batch_expected(&c, &x);
+        if !transposed {
+            // The same values, read from the front of caches whose other rows are NaN.
+            let nan_tail = |t: &Tensor| {
+                let tail = Tensor::full(f32::NAN, (b, 37, h_k, d), &Device::Cpu).unwrap().to_dtype(dtype).unwrap();
+                Tensor::cat(&[t, &tail], 1).unwrap().narrow(1, 0, s_k).unwrap()
+            };
+            x.k = nan_tail(&x.k);
+            x.v = nan_tail(&x.v);
+        }
+        let f = x.features(&c);
+        let chosen = fa::explain(|| fa::triton::offload::run_on_gpu(driver, || calls::batch(&x.q, &x.k, &x.v, f))).unwrap();
+        let tma = chosen.variant.starts_with("fwd_tma_");
+        assert_eq!(tma, serves && has_tma(&chosen.target, d), "{c:?} ran {} on {}", chosen.variant, chosen.target);
+        check_lse_variant(&format!("{c:?}"), &cpu, &[&x.q, &x.k, &x.v], &exp, false, |a| {
+            with_lse(calls::batch_op(f).forward_with_lse(&a[0], &a[1], &a[2]))
+        });
+    }
+    // 7 sequences of up to 200 queries, 6 heads: 168 programs, enough for an H100 or H200.
+    let lens = [(150, 150), (1, 1), (77, 120), (0, 9), (130, 130), (64, 0), (200, 129)];
+    for (n, (d, window)) in [(128, CAUSAL), (64, NONE)].into_iter().enumerate() {
+        let r = ragged(&mut rng, &lens, (6, 2, d), DTYPES[n]);
+        let fv = Features { scale: 0.3 / (d as f32).sqrt(), window, alibi: None, softcap: None };
+        let exp = expected(&r.seqs(), &vec![fv.ref_opts(200); lens.len()], (6, 2, d), DTYPES[n], LseLayout::VarLen);
+        let (sq, sk) = r.seqlens();
+        let s = calls::Seqlens { q: &sq, k: &sk, max_q: 200, max_k: 200 };
+        let chosen = fa::explain(|| fa::triton::offload::run_on_gpu(driver, || calls::varlen(&r.q, &r.k, &r.v, &s, fv))).unwrap();
+        let fills = 200usize.div_ceil(64) * lens.len() * 6 >= units;
+        assert_eq!(chosen.variant.starts_with("fwd_tma_"), has_tma(&chosen.target, d) && fills, "varlen ran {}", chosen.variant);
+        check_lse_variant(&format!("varlen d = {d} {window:?}"), &cpu, &[&r.q, &r.k, &r.v, &sq, &sk], &exp, false, |a| {
+            let s = calls::Seqlens { q: &a[3], k: &a[4], max_q: 200, max_k: 200 };
+            with_lse(calls::varlen_with_lse(&a[0], &a[1], &a[2], &s, fv))
         });
     }
 }

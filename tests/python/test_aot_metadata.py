@@ -169,6 +169,16 @@ class ContractTest(unittest.TestCase):
         self.assert_one_problem(self.problems(PTX, launch_contract.ptx_kernel_facts, args=launch_contract.launch_args(SIGNATURE, 0)),
                                 "4 kernel arguments", "passes 3")
 
+    def test_tma_descriptor_arguments(self):
+        # A host TMA descriptor: the 128-byte map, the 2-D view's sizes (i32) and strides (i64).
+        sig = {"desc": "tensordesc<fp16[64, 128],NVMMASharedLayout(...)>", "n": "i32"}
+        self.assertEqual(launch_contract.launch_args(sig, 0),
+                         [("desc", 128), ("desc shape 0", 4), ("desc shape 1", 4), ("desc stride 0", 8),
+                          ("desc stride 1", 8), ("n", 4)])
+        ptx = PTX.replace("\t.param .u64 .ptr .global .align 1 toy_param_0,",
+                          "\t.param .align 64 .b8 toy_param_0[128],")
+        self.assertEqual(launch_contract.ptx_kernel_facts(ptx, "toy")["arg_sizes"], [128, 4, 8, 8])
+
     def test_argument_sizes(self):
         wide = dict(SIGNATURE, n="i64")
         self.assert_one_problem(self.problems(args=launch_contract.launch_args(wide, 1)), "argument 1 (n) is 4 bytes",
@@ -200,7 +210,8 @@ class BufferTwinTest(unittest.TestCase):
         self.assertEqual(len(base) - len(rdna_base), 16)
         for no_twins, own in (("sm_80", base), ("sm_86", base), ("sm_89", base), ("sm_90", base), ("gfx1030", rdna_base)):
             names = [name for name, _, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), no_twins)]
-            self.assertEqual([n for n in names if "_prefill_short_" not in n and "_decode_batch_" not in n], own)
+            self.assertEqual([n for n in names if "_prefill_short_" not in n and "_decode_batch_" not in n
+                              and not n.startswith("fwd_tma_")], own)
         # sm_90 alone has short prefill tiles and batched decode tiles: plain and flat, one per
         # dtype, head-dim tile (the batched decode tile at d = 64 and 128) and exact/padded head dim.
         sm90 = aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), "sm_90")
@@ -209,9 +220,12 @@ class BufferTwinTest(unittest.TestCase):
             self.assertEqual(len(own_class), count, tile)
             self.assertEqual({f["block_d"] for _, f in own_class}, dims, tile)
             self.assertTrue(all(n.endswith("_flat") and not f["paged"] and not f["extras"] for n, f in own_class))
+        # and the TMA kernel (attention_tma.py): exact head dims 64, 128 and 256, both dtypes.
+        tma = {n for n, family, f in sm90 if family == "fwd_tma"}
+        self.assertEqual(tma, {f"fwd_tma_{dt}_d{d}" for dt in ("fp16", "bf16") for d in (64, 128, 256)})
         for target in ("sm_80", "sm_86", "gfx942", "gfx1100", "gfx1201", "gfx1030"):
-            self.assertFalse([n for n, _, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target)
-                              if "_prefill_short_" in n or "_decode_batch_" in n])
+            self.assertFalse([n for n, family, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target)
+                              if "_prefill_short_" in n or "_decode_batch_" in n or family == "fwd_tma"])
         for target, twins, own in (("gfx1100", 88, rdna_base), ("gfx942", 104, base), ("gfx1201", 84, rdna_base)):
             names = [name for name, _, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target)]
             b32 = [n for n in names if n.endswith("_b32")]
@@ -242,7 +256,8 @@ class OneLoopTest(unittest.TestCase):
 
     def test_one_loop_variants_per_target(self):
         def one_loop_names(target):
-            return {n for n, _, f in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target) if aot.one_loop(target, f)}
+            return {n for n, family, f in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target)
+                    if family == "fwd" and aot.one_loop(target, f)}
 
         sm90 = one_loop_names("sm_90")
         # 16 short variants, 16 flat decode (2 dtypes x 4 head-dim tiles x exact/padded), 8

@@ -1,0 +1,260 @@
+"""Hopper (sm_90) attention forward in Triton's Gluon dialect: the prefill kernel of plain calls.
+
+`attn_fwd_tma` serves what `attention.attn_fwd` serves for f16/bf16 calls without ALiBi, softcap,
+mm_prefix ranges, paging or a left window, at head dims 64, 128 and 256, unsplit: the same outputs
+and natural-log LSEs, the same varlen bounds checks and fault bits. It schedules what `tl` leaves to
+the compiler by hand, which short prompts need (few key tiles per program, so the pipeline's
+start and end are much of the time):
+
+- one warpgroup (4 warps) per 64-row query block of one head (a 64-row wgmma covers it);
+- Q, then K and V tiles, by TMA: K and V into a STAGES-deep ring of shared buffers, one mbarrier
+  per buffer, refilled as soon as the warpgroup is done with them;
+- `S = Q K^T` and `O += P V` as asynchronous wgmma, P kept in registers as the A operand, issued
+  so that the softmax of tile j + 1 runs while `P_j V_j` is in flight (wgmma groups retire in
+  order: waiting for one outstanding group waits for S only).
+
+q, k and v come in as host-built TMA descriptors (`src/triton/tma.rs` encodes them per call) over
+2-D views `[rows, columns]` of the tensors: a row is a token (batch mode: sequence b starts at row
+`b * *_batch_rows`; varlen: at its cumulative seqlen), a head starts at column `head *
+stride_*h`. A tile may read rows of the next sequence, or rows past the view (zero-filled):
+scores of keys past the sequence are masked, V rows past it are zeroed in shared memory before
+they meet P (a masked row's P is 0, but 0 * NaN is not), rows of queries past it are not stored.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+
+LOG2E = gl.constexpr(1.4426950408889634)
+LN2 = gl.constexpr(0.6931471805599453)
+
+
+@gluon.jit
+def _bounds(CuSeqQ, CuSeqK, b, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap):
+    """First q row, q length, first k row, k length of sequence `b`, and its fault bits (1: bad
+    q bounds, 2: bad k bounds; the sequence then has no rows), as attention.py's `_sequence`
+    checks them. Batch mode gives the first rows as 0 (the caller adds the batch's rows)."""
+    if is_varlen != 0:
+        q_start = gl.load(CuSeqQ + b)
+        q_end = gl.load(CuSeqQ + b + 1)
+        k_start = gl.load(CuSeqK + b)
+        k_end = gl.load(CuSeqK + b + 1)
+        bad_q = (q_start < 0) | (q_end < q_start) | (q_end > total_rows) | (q_end - q_start > seqlen_q)
+        bad_k = (k_start < 0) | (k_end < k_start) | (k_end > kv_rows) | (k_end - k_start > kv_len_cap)
+        fault = bad_q.to(gl.int32) | (bad_k.to(gl.int32) * 2)
+        q_len = gl.where(fault != 0, 0, q_end - q_start)
+        k_len = gl.where(fault != 0, 0, k_end - k_start)
+    else:
+        q_start = 0
+        k_start = 0
+        q_len = seqlen_q
+        k_len = seqlen_k
+        fault = 0
+    return q_start, q_len, k_start, k_len, fault
+
+
+@gluon.jit
+def _softmax(s, m_i, l_i, qk_scale, start_m, k_col0, k_len, diag, keep_all, MASK: gl.constexpr,
+             s_layout: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Online softmax of raw scores `s` (f32): new max, new sum, P (f32) and the factor that
+    rescales the old accumulator. The scale is applied in exp2's argument (`qk_scale` > 0, so the
+    max of raw scores is the max of scaled ones). MASK: keys past `k_len` and keys past row i's
+    diagonal (`j > i + diag`) get -inf unless `keep_all`."""
+    if MASK:
+        rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+        cols = k_col0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        keep = (cols[None, :] < k_len) & (cols[None, :] <= rows[:, None] + diag)
+        s = gl.where(keep | keep_all, s, -float("inf"))
+    m_new = gl.maximum(m_i, gl.max(s, axis=1))
+    if MASK:
+        # A row that has seen no visible key keeps max -inf: exponents against 0 give P = 0.
+        m_scaled = gl.where(m_new == -float("inf"), 0.0, m_new * qk_scale)
+    else:
+        m_scaled = m_new * qk_scale
+    alpha = gl.exp2(m_i * qk_scale - m_scaled)
+    p = gl.exp2(s * qk_scale - m_scaled[:, None])
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    return p, m_new, l_i, alpha
+
+
+@gluon.jit
+def _load_tile(desc, ring, bars, tile, n_tiles, row0, col, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """Queues the TMA load of key tile `tile` (if the block has it) into its ring buffer."""
+    stage = tile % STAGES
+    has = tile < n_tiles
+    mbarrier.expect(bars.index(stage), desc.block_type.nbytes, pred=has)
+    tma.async_copy_global_to_shared(desc, [row0 + tile * BLOCK_N, col], bars.index(stage), ring.index(stage),
+                                    pred=has)
+
+
+@gluon.jit
+def _step(j, q_smem, k_ring, v_ring, k_bars, v_bars, k_desc, v_desc, k_row0, v_row0, k_col, v_col, n_tiles,
+          acc, p, alpha, m_i, l_i, qk_scale, start_m, k_len, diag, MASK: gl.constexpr,
+          s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
+          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """Key step j: `S_{j+1} = Q K_{j+1}^T` and `acc += P_j V_j` in flight together, then the
+    softmax of S_{j+1}. Entering, `acc` holds the sum through tile j - 1 at the max before tile j,
+    `p` holds P_j (at the max through tile j) and `alpha` the rescale acc still owes."""
+    jn = j + 1
+    mbarrier.wait(k_bars.index(jn % STAGES), (jn // STAGES) & 1)
+    s_tok = warpgroup_mma(q_smem, k_ring.index(jn % STAGES).permute((1, 0)),
+                          gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    mbarrier.wait(v_bars.index(j % STAGES), (j // STAGES) & 1)
+    acc_tok = warpgroup_mma(p, v_ring.index(j % STAGES), acc, is_async=True)
+    # One group left outstanding: S_{j+1} has retired, P_j V_j may still run.
+    s = warpgroup_mma_wait(1, deps=[s_tok])
+    p32, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, start_m, jn * BLOCK_N, k_len, diag, False, MASK,
+                                    s_layout, BLOCK_M, BLOCK_N)
+    # P_j's registers are the running wgmma's operand: overwrite them only after it retires.
+    acc, p = warpgroup_mma_wait(0, deps=[acc_tok, p])
+    p = gl.convert_layout(p32.to(p.dtype), p_layout)
+    # Every warp is done with K tile j + 1 and V tile j: refill their buffers.
+    gl.thread_barrier()
+    _load_tile(k_desc, k_ring, k_bars, jn + STAGES, n_tiles, k_row0, k_col, BLOCK_N, STAGES)
+    _load_tile(v_desc, v_ring, v_bars, j + STAGES, n_tiles, v_row0, v_col, BLOCK_N, STAGES)
+    return acc, p, alpha, m_i, l_i
+
+
+@gluon.jit
+def attn_fwd_tma(
+    q_desc, k_desc, v_desc,
+    Out, Lse, CuSeqQ, CuSeqK, Fault,
+    sm_scale,
+    stride_qh, stride_kh, stride_vh,
+    q_batch_rows, k_batch_rows, v_batch_rows,
+    stride_lb, stride_lh,
+    is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap,
+    num_heads, num_heads_k, window_right,
+    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr,
+):
+    """Grid: (query blocks of the longest sequence, batch x heads). Out: contiguous `(rows,
+    num_heads, HEAD_D)`; Lse: f32 at `b * stride_lb + head * stride_lh + position`. Key j is
+    visible to query i of a sequence iff `j < k_len` and, with `window_right >= 0`, `j <= i +
+    k_len - q_len + window_right` (causal: 0)."""
+    num_warps: gl.constexpr = gl.num_warps()
+    dtype: gl.constexpr = q_desc.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, HEAD_D, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+
+    # Masked blocks are the light ones: the heaviest query blocks start first.
+    pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
+    pid_bh = gl.program_id(1)
+    b = pid_bh // num_heads
+    head = pid_bh % num_heads
+    head_k = head // (num_heads // num_heads_k)
+
+    q_start, q_len, k_start, k_len, fault = _bounds(CuSeqQ, CuSeqK, b, is_varlen, seqlen_q, seqlen_k, total_rows,
+                                                    kv_rows, kv_len_cap)
+    if (fault != 0) & (pid_m == 0) & (head == 0):
+        gl.atomic_or(Fault, fault, sem="relaxed", scope="sys")
+    start_m = pid_m * BLOCK_M
+    if start_m >= q_len:
+        return
+
+    q_row0 = q_start + b * q_batch_rows + start_m
+    k_row0 = k_start + b * k_batch_rows
+    v_row0 = k_start + b * v_batch_rows
+    k_col = head_k * stride_kh
+    v_col = head_k * stride_vh
+    qk_scale = sm_scale * LOG2E
+    if window_right >= 0:
+        diag = k_len - q_len + window_right
+        # Keys some row of the block sees, and whole tiles every row sees.
+        hi = gl.minimum(k_len, start_m + BLOCK_M + diag)
+        n_full = gl.minimum(gl.maximum(start_m + diag + 1, 0) // BLOCK_N, k_len // BLOCK_N)
+    else:
+        # No diagonal: every key before k_len is at most i + k_len.
+        diag = k_len
+        hi = k_len
+        n_full = k_len // BLOCK_N
+    # At least one tile, masked, when the block sees no key: its rows get output 0 and LSE -inf.
+    n_tiles = gl.maximum((hi + BLOCK_N - 1) // BLOCK_N, 1)
+
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], q_desc.layout)
+    k_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], k_desc.layout)
+    v_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_bars.index(i), count=1)
+        mbarrier.init(v_bars.index(i), count=1)
+    fence_async_shared()
+
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row0, head * stride_qh], q_bar, q_smem)
+    for i in gl.static_range(STAGES):
+        _load_tile(k_desc, k_ring, k_bars, i, n_tiles, k_row0, k_col, BLOCK_N, STAGES)
+        _load_tile(v_desc, v_ring, v_bars, i, n_tiles, v_row0, v_col, BLOCK_N, STAGES)
+
+    # Tile 0: S_0 and its softmax (masked unless every row sees all of it).
+    m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.full([BLOCK_M], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
+    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(k_bars.index(0), 0)
+    s_tok = warpgroup_mma(q_smem, k_ring.index(0).permute((1, 0)),
+                          gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(0, deps=[s_tok])
+    p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, start_m, 0, k_len, diag, n_full > 0, True, s_layout,
+                                  BLOCK_M, BLOCK_N)
+    p = gl.convert_layout(p.to(dtype), p_layout)
+    acc = gl.zeros([BLOCK_M, HEAD_D], gl.float32, o_layout)
+    gl.thread_barrier()
+    _load_tile(k_desc, k_ring, k_bars, STAGES, n_tiles, k_row0, k_col, BLOCK_N, STAGES)
+
+    # Steps whose next tile every row sees whole, then the masked ones (diagonal, ragged end).
+    for j in range(0, n_full - 1):
+        acc, p, alpha, m_i, l_i = _step(j, q_smem, k_ring, v_ring, k_bars, v_bars, k_desc, v_desc, k_row0, v_row0,
+                                        k_col, v_col, n_tiles, acc, p, alpha, m_i, l_i, qk_scale, start_m, k_len,
+                                        diag, False, s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES)
+    for j in range(gl.maximum(n_full - 1, 0), n_tiles - 1):
+        acc, p, alpha, m_i, l_i = _step(j, q_smem, k_ring, v_ring, k_bars, v_bars, k_desc, v_desc, k_row0, v_row0,
+                                        k_col, v_col, n_tiles, acc, p, alpha, m_i, l_i, qk_scale, start_m, k_len,
+                                        diag, True, s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES)
+
+    # The last tile's P V. Its rows past the sequence hold whatever follows it: zero them.
+    last = n_tiles - 1
+    v_last = v_ring.index(last % STAGES)
+    mbarrier.wait(v_bars.index(last % STAGES), (last // STAGES) & 1)
+    if n_tiles * BLOCK_N > k_len:
+        rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // HEAD_D, HEAD_D // 8], [num_warps, 1], [1, 0])
+        tail = v_last.load(rows_layout)
+        key = last * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, rows_layout))
+        v_last.store(gl.where((key < k_len)[:, None], tail, gl.zeros_like(tail)))
+        fence_async_shared()
+        gl.thread_barrier()
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    acc_tok = warpgroup_mma(p, v_last, acc, is_async=True)
+    acc, p = warpgroup_mma_wait(0, deps=[acc_tok, p])
+
+    mbarrier.invalidate(q_bar)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(k_bars.index(i))
+        mbarrier.invalidate(v_bars.index(i))
+
+    # LSE (natural log) and O = acc / l; rows that saw no key: O = 0, LSE = -inf.
+    empty = l_i == 0.0
+    lse = gl.where(empty, -float("inf"), (m_i * qk_scale + gl.log2(gl.where(empty, 1.0, l_i))) * LN2)
+    pos = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    lse_at = Lse + b.to(gl.int64) * stride_lb + head.to(gl.int64) * stride_lh + q_start + pos
+    gl.store(lse_at, lse, mask=pos < q_len)
+    inv_l = gl.convert_layout(1.0 / gl.where(empty, 1.0, l_i), gl.SliceLayout(1, o_layout))
+    out = (acc * inv_l[:, None]).to(dtype)
+    # Through Q's buffer (the last wgmma that read it has retired), to store 16-byte rows.
+    gl.thread_barrier()
+    q_smem.store(out)
+    gl.thread_barrier()
+    o_layout_rows: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // HEAD_D, HEAD_D // 8], [num_warps, 1],
+                                                   [1, 0])
+    out = q_smem.load(o_layout_rows)
+    row = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, o_layout_rows))
+    col = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, o_layout_rows))
+    out_row = (b * seqlen_q * (1 - is_varlen) + q_start + row).to(gl.int64)
+    at = Out + (out_row * num_heads + head)[:, None] * HEAD_D + col[None, :]
+    gl.store(at, out, mask=(row < q_len)[:, None])

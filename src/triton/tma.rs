@@ -1,0 +1,211 @@
+//! The TMA kernel's launch (kernels/attention_tma.py, sm_90): which calls it serves, the 2-D
+//! views of q, k and v its descriptors describe, and its arguments. Pure Rust; the descriptors
+//! themselves are encoded by the CUDA driver (`gpu::Driver::encode_tensor_map`, with the `triton`
+//! feature).
+
+use super::args::{FwdArgs, TensorDescArg, TmaFwdArgs};
+use super::registry::{KernelDtype, KernelImage};
+use super::select::needs_extras;
+use crate::params::{AttnCall, Mode, TensorView};
+use candle::Result;
+
+/// Keys up to which a call of head dim `head_dim` takes the TMA kernel, with or without a
+/// diagonal (causal): the longest prompts at which it beat the `tl` kernels on an H200 (f16,
+/// TFLOP/s, TMA against tl; kernels/aot.py's TMA_TILES has more): d = 64 8 x 2048 non-causal 451
+/// against 411 (4 x 4096: 426 against 433), causal 4 x 4096 399 against 378 (2 x 8192: 400 against
+/// 407); d = 128 8 x 2048 non-causal 532 against 487 (4 x 4096: 508 against 514), causal 4 x 4096
+/// 460 against 440; d = 256 non-causal 4 x 4096 554 against 518, causal 16 x 1024 357 against 322
+/// (4 x 4096: 444 against 464).
+pub fn max_keys(head_dim: usize, diagonal: bool) -> usize {
+    match (head_dim, diagonal) {
+        (256, false) => 4096,
+        (256, true) => 2048,
+        (_, false) => 2048,
+        (_, true) => 4096,
+    }
+}
+
+/// Query rows a call needs for the TMA kernel: its 64-row blocks hold one head, where the `tl`
+/// prefill tile packs a GQA group's heads into its rows.
+pub const TMA_MIN_QUERIES: usize = 64;
+/// CUDA caps grid dimension y (batch x heads) at 65535.
+const MAX_GRID_Y: usize = 65535;
+/// Elements per descriptor box row: 128 bytes of f16/bf16, the swizzle span (kernels/aot.py's
+/// TMA_BOX_COLS; the build refuses a kernel laid out otherwise).
+pub const BOX_COLS: u32 = 64;
+/// Bytes per element.
+const ELEM: usize = 2;
+/// A `CUtensorMap`: 128 opaque bytes, 64-byte aligned as `cuda.h` declares it (the launch copies
+/// it from here into the kernel's parameter space).
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(64))]
+pub struct TensorMap(pub [u8; 128]);
+
+impl Default for TensorMap {
+    fn default() -> Self {
+        TensorMap([0; 128])
+    }
+}
+
+impl std::fmt::Debug for TensorMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TensorMap(..)")
+    }
+}
+
+/// Element types of [`TiledView`] (`CUtensorMapDataType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapElement {
+    /// `CU_TENSOR_MAP_DATA_TYPE_FLOAT16`.
+    F16,
+    /// `CU_TENSOR_MAP_DATA_TYPE_BFLOAT16`.
+    Bf16,
+}
+
+impl MapElement {
+    /// The `CUtensorMapDataType` value.
+    pub fn cuda_enum(self) -> i32 {
+        match self {
+            MapElement::F16 => 6,
+            MapElement::Bf16 => 9,
+        }
+    }
+}
+
+/// A 2-D row-major view of device memory, read in boxes of `box_rows x box_cols` elements with
+/// the 128-byte swizzle (`CU_TENSOR_MAP_SWIZZLE_128B`), what the kernels' NVMMA shared layouts
+/// expect. Reads past the view are zero-filled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TiledView {
+    /// The element type.
+    pub element: MapElement,
+    /// Address of element (0, 0): 16-byte aligned.
+    pub base: u64,
+    /// Rows of the view (at least 1).
+    pub rows: u64,
+    /// Elements per row (at least 1).
+    pub cols: u64,
+    /// Bytes from one row to the next: a multiple of 16, at least `cols` elements.
+    pub row_stride_bytes: u64,
+    /// Rows per box.
+    pub box_rows: u32,
+    /// Elements per box row: at most 128 bytes of them (the swizzle span).
+    pub box_cols: u32,
+}
+
+
+/// Whether the TMA kernel serves `call` (given an image of its dtype and head dim): plain
+/// (no ALiBi, softcap, mm_prefix ranges, paging; a scale the kernel folds), no left window, at
+/// least [`TMA_MIN_QUERIES`] queries and at most [`max_keys`] keys, q/k/v whose rows each view as
+/// one 2-D matrix (a batch stride that is a whole number of rows, heads inside a row), and a grid
+/// CUDA can launch.
+pub fn serves(call: &AttnCall) -> bool {
+    let max_keys = max_keys(call.head_dim, call.window.right >= 0);
+    let no_left_window = call.window.left < 0 || call.window.left as usize >= call.max_seqlen_k;
+    let rows_view = |view: &TensorView, heads: usize| {
+        let whole_rows = call.mode == Mode::VarLen || call.batch <= 1 || view.batch_stride % view.row_stride.max(1) == 0;
+        whole_rows && (heads - 1) * view.head_stride + call.head_dim <= view.row_stride
+    };
+    call.mode != Mode::Paged
+        && !needs_extras(call)
+        && no_left_window
+        && call.max_seqlen_q >= TMA_MIN_QUERIES
+        && call.max_seqlen_k <= max_keys
+        && call.batch * call.num_heads <= MAX_GRID_Y
+        && rows_view(&call.q, call.num_heads)
+        && rows_view(&call.k, call.num_heads_k)
+        && rows_view(&call.v, call.num_heads_k)
+}
+
+/// The 2-D views of q, k and v that `attn_fwd_tma`'s descriptors describe, for `call` with the
+/// checked arguments `fwd` of the same call ([`super::fwd_args`]) and the TMA image `image`: a
+/// row per token, a head every `stride_*h` columns; in batch mode sequence b starts at row `b *
+/// batch stride / row stride`.
+pub fn views(call: &AttnCall, fwd: &FwdArgs, image: &KernelImage) -> [TiledView; 3] {
+    let element = match image.dtype {
+        KernelDtype::F16 => MapElement::F16,
+        KernelDtype::Bf16 => MapElement::Bf16,
+    };
+    let varlen = call.mode == Mode::VarLen;
+    let view = |base: u64, tensor: &TensorView, heads: usize, len: usize, varlen_rows: usize, box_rows: u32| {
+        let rows = if varlen { varlen_rows } else { (call.batch - 1) * batch_rows(call, tensor) + len };
+        TiledView {
+            element,
+            base,
+            rows: rows.max(1) as u64,
+            cols: ((heads - 1) * tensor.head_stride + call.head_dim) as u64,
+            row_stride_bytes: (tensor.row_stride * ELEM) as u64,
+            box_rows,
+            box_cols: BOX_COLS,
+        }
+    };
+    let kv_rows = fwd.kv_rows as usize;
+    [
+        view(fwd.q, &call.q, call.num_heads, call.max_seqlen_q, call.total_q, image.block_m),
+        view(fwd.k, &call.k, call.num_heads_k, call.max_seqlen_k, kv_rows, image.block_n),
+        view(fwd.v, &call.v, call.num_heads_k, call.max_seqlen_k, kv_rows, image.block_n),
+    ]
+}
+
+/// Rows of `tensor`'s view from one sequence to the next in batch mode (0 otherwise).
+fn batch_rows(call: &AttnCall, tensor: &TensorView) -> usize {
+    match call.mode {
+        Mode::Batch if call.batch > 1 => tensor.batch_stride / tensor.row_stride.max(1),
+        _ => 0,
+    }
+}
+
+/// `attn_fwd_tma`'s arguments: the descriptors `maps` of `views` ([`views`]), and the rest from
+/// `fwd`, the checked `attn_fwd` arguments of the same unsplit call. An `Err` for views past
+/// what a descriptor or the kernel's 32-bit coordinates hold.
+pub fn tma_args(call: &AttnCall, fwd: &FwdArgs, views: &[TiledView; 3], maps: [TensorMap; 3]) -> Result<TmaFwdArgs> {
+    let desc = |view: &TiledView, map: TensorMap| -> Result<TensorDescArg> {
+        let rows = i32::try_from(view.rows + u64::from(view.box_rows));
+        let cols = i32::try_from(view.cols);
+        match (rows, cols) {
+            (Ok(_), Ok(cols)) if view.row_stride_bytes < 1 << 40 => Ok(TensorDescArg {
+                map,
+                shape: [view.rows as i32, cols],
+                strides: [(view.row_stride_bytes / ELEM as u64) as i64, 1],
+            }),
+            _ => candle::bail!(
+                "flash-attn-rocm: a {} x {} view with {}-byte rows exceeds the TMA kernel's coordinates",
+                view.rows,
+                view.cols,
+                view.row_stride_bytes
+            ),
+        }
+    };
+    let [q_map, k_map, v_map] = maps;
+    let int = |what: &str, value: usize| {
+        i32::try_from(value).map_err(|_| candle::Error::Msg(format!("flash-attn-rocm: {what} = {value} exceeds i32")))
+    };
+    Ok(TmaFwdArgs {
+        q: desc(&views[0], q_map)?,
+        k: desc(&views[1], k_map)?,
+        v: desc(&views[2], v_map)?,
+        out: fwd.out,
+        lse: fwd.lse,
+        cu_seqlens_q: fwd.cu_seqlens_q,
+        cu_seqlens_k: fwd.cu_seqlens_k,
+        fault: fwd.fault,
+        sm_scale: fwd.sm_scale,
+        stride_qh: fwd.stride_qh,
+        stride_kh: fwd.stride_kh,
+        stride_vh: fwd.stride_vh,
+        q_batch_rows: int("q batch rows", batch_rows(call, &call.q))?,
+        k_batch_rows: int("k batch rows", batch_rows(call, &call.k))?,
+        v_batch_rows: int("v batch rows", batch_rows(call, &call.v))?,
+        stride_lb: fwd.stride_lb,
+        stride_lh: fwd.stride_lh,
+        is_varlen: fwd.is_varlen,
+        seqlen_q: fwd.seqlen_q,
+        seqlen_k: fwd.seqlen_k,
+        total_rows: fwd.total_rows,
+        kv_rows: fwd.kv_rows,
+        kv_len_cap: fwd.kv_len_cap,
+        num_heads: fwd.num_heads,
+        num_heads_k: fwd.num_heads_k,
+        window_right: fwd.window_right,
+    })
+}

@@ -1,0 +1,205 @@
+//! Host-side tests of the TMA kernel's launch (no GPU needed): which calls take it, its grid, and
+//! the 2-D views its descriptors describe, against the tensors' own layouts.
+
+mod common;
+
+use candle::{DType, Device, Tensor};
+use flash_attn_rocm::params::{AttnCall, Request, VarLenRequest};
+use flash_attn_rocm::triton::targets::DeviceLimits;
+use flash_attn_rocm::triton::{fwd_args, select, tma, Family, KernelDtype, KernelImage, Kernels, Plan, Tile};
+use rand::Rng;
+
+const BUFFERS: flash_attn_rocm::rocm::DeviceBuffers = common::outcome::FAKE_BUFFERS;
+/// An H100's opt-in shared memory per block (227 KiB).
+const H100: DeviceLimits = DeviceLimits { max_shared_per_block: 232_448, max_threads_per_block: 1024, host_native_atomics: false };
+const H100_SMS: usize = 132;
+
+fn sm90_image(family: Family, tile: Tile, block_d: u32, paged: bool, extras: bool) -> KernelImage {
+    let (block_m, block_n, threads) = match (family, tile) {
+        (Family::FwdTma, _) => (64, 64, 128),
+        (_, Tile::Decode) => (16, 128, 128),
+        (_, Tile::Merge) => (1, 16, 128),
+        _ => (128, 64, 256),
+    };
+    KernelImage {
+        target: "sm_90",
+        variant: "test",
+        kernel: "k",
+        family,
+        tile,
+        dtype: KernelDtype::F16,
+        block_d,
+        even_d: family != Family::Merge,
+        paged,
+        extras,
+        ptr32: false,
+        block_m,
+        block_n,
+        threads,
+        shared: 1024,
+        scratch_args: 2,
+        image: b"\x7fELF",
+    }
+}
+
+/// sm_90's f16 kernels at exact head dims 64, 96 (as 128's padded tile would: here an exact
+/// 96 image that has no TMA twin), 128 and 256, with TMA images at 64, 128 and 256.
+fn sm90_images() -> &'static [KernelImage] {
+    let mut all = Vec::new();
+    for block_d in [64, 96, 128, 256] {
+        for (paged, extras) in [(false, false), (false, true), (true, false), (true, true)] {
+            all.push(sm90_image(Family::Fwd, Tile::Prefill, block_d, paged, extras));
+            all.push(sm90_image(Family::Fwd, Tile::Decode, block_d, paged, extras));
+        }
+        all.push(sm90_image(Family::Merge, Tile::Merge, block_d, false, false));
+        if block_d != 96 {
+            all.push(sm90_image(Family::FwdTma, Tile::Prefill, block_d, false, false));
+        }
+    }
+    Box::leak(all.into_boxed_slice())
+}
+
+fn zeros(dims: &[usize]) -> Tensor {
+    Tensor::zeros(dims, DType::F16, &Device::Cpu).unwrap()
+}
+
+fn request(window: (Option<usize>, Option<usize>), softcap: Option<f32>) -> Request<'static> {
+    Request { softmax_scale: 0.1, alibi_slopes: None, window_size_left: window.0, window_size_right: window.1, softcap, varlen: None }
+}
+
+/// Random batch calls, each with whether the TMA kernel serves it (the rule restated: a plain
+/// call, no left window, >= 64 queries, at most 2048 or 4096 keys (by head dim and diagonal), heads
+/// inside a row, head dim 64, 128 or 256): the plan launches it exactly when it serves and its grid, one program per
+/// 64 queries of each sequence and query head, fills the device (it does not split the keys);
+/// unsplit.
+#[test]
+fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
+    let mut rng = common::rng("prompts_take_the_tma_kernel_exactly_when_it_serves_them");
+    let (mut taken, mut small) = (0, 0);
+    for _ in 0..1000 {
+        let b = rng.gen_range(1..5);
+        let s_q = [1, 16, 63, 64, 100, 300, 1100][rng.gen_range(0..7)];
+        let s_k = [1, 64, 500, 2048, 2049, 4096, 4097][rng.gen_range(0..7)];
+        let d = [64, 96, 128, 256][rng.gen_range(0..4)];
+        let h_k = rng.gen_range(1..4);
+        let h = h_k * rng.gen_range(1..4);
+        let (window, diagonal, left) = [
+            ((None, None), false, false),
+            ((None, Some(0)), true, false),
+            ((Some(30), Some(0)), true, true),
+            ((None, Some(5)), true, false),
+        ][rng.gen_range(0..4)];
+        let softcap = (rng.gen_range(0..4) == 0).then_some(5.0);
+        let heads_across_rows = rng.gen_range(0..4) == 0;
+        let q = if heads_across_rows { zeros(&[b, h, s_q, d]).transpose(1, 2).unwrap() } else { zeros(&[b, s_q, h, d]) };
+        // k/v narrowed from a longer cache: a batch stride of whole rows.
+        let kv = zeros(&[b, s_k + 7, h_k, d]).narrow(1, 0, s_k).unwrap();
+        let call = AttnCall::new(&request(window, softcap), [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
+        let max_keys = match (d, diagonal) {
+            (256, true) => 2048,
+            (256, false) => 4096,
+            (_, true) => 4096,
+            (_, false) => 2048,
+        };
+        // A left window wider than the keys is no window.
+        let left_bounds = left && 30 < s_k;
+        let serves = (d == 64 || d == 128 || d == 256)
+            && softcap.is_none()
+            && !left_bounds
+            && s_q >= 64
+            && s_k <= max_keys
+            && (!heads_across_rows || h == 1 || s_q == 1);
+        let kernels = select(&call, "sm_90", H100, sm90_images()).unwrap();
+        assert_eq!(kernels.tma.is_some(), serves, "b {b} s_q {s_q} s_k {s_k} d {d} h {h}/{h_k} {window:?} {softcap:?} {heads_across_rows}");
+        // Devices of 16 to 132 SMs.
+        let units = [16, 66, H100_SMS][rng.gen_range(0..3)];
+        let plan = Plan::new(&call, kernels, units).unwrap();
+        let fills = s_q.div_ceil(64) * b * h >= units;
+        let launches_tma = plan.kernels.fwd.family == Family::FwdTma;
+        assert_eq!(launches_tma, serves && fills, "s_q {s_q} s_k {s_k} d {d} b {b} h {h}");
+        if launches_tma {
+            assert_eq!(plan.grid, [s_q.div_ceil(64) as u32, (b * h) as u32, 1]);
+            assert_eq!((plan.num_splits, plan.scratch_lens(&call)), (1, (0, 0)));
+            taken += 1;
+        }
+        small += (serves && !fills) as usize;
+    }
+    assert!(taken > 20 && small > 5, "{taken} calls took the TMA kernel, {small} served ones had small grids");
+}
+
+/// Element (b, s, h, e) of a tensor read through its view: view row `b * batch_rows + s`, column
+/// `h * head_stride + e`, inside the view; at the address the tensor's own layout gives it.
+fn check_view(view: &tma::TiledView, desc: &flash_attn_rocm::triton::TensorDescArg, base: usize, t: &Tensor, batch_rows: i32, head_stride: i32, varlen_rows: Option<usize>) {
+    let mut rng = common::rng("check_view");
+    let (dims, stride) = (t.dims(), t.stride());
+    assert!(view.cols * 2 <= view.row_stride_bytes, "{view:?}");
+    assert_eq!(view.base as usize % 16, 0);
+    assert_eq!((desc.shape[0] as u64, desc.shape[1] as u64, desc.strides[0] as u64 * 2, desc.strides[1]), (view.rows, view.cols, view.row_stride_bytes, 1));
+    for _ in 0..200 {
+        let at: Vec<usize> = dims.iter().map(|&n| rng.gen_range(0..n)).collect();
+        let (row, head, e) = match varlen_rows {
+            Some(_) => (at[0], at[1], at[2]),
+            None => (at[0] * batch_rows as usize + at[1], at[2], at[3]),
+        };
+        let col = head * head_stride as usize + e;
+        assert!((row as u64) < view.rows && (col as u64) < view.cols, "{at:?} outside {view:?}");
+        let by_view = view.base as usize + row * view.row_stride_bytes as usize + col * 2;
+        let by_layout = base + 2 * (t.layout().start_offset() + at.iter().zip(stride).map(|(i, s)| i * s).sum::<usize>());
+        assert_eq!(by_view, by_layout, "{at:?}");
+    }
+    if let Some(rows) = varlen_rows {
+        assert_eq!(view.rows, rows as u64);
+    }
+}
+
+/// The views of q, k and v address every element where the tensors' layouts put it: contiguous
+/// q, q sliced out of a fused qkv tensor, k and v narrowed from longer caches (at an offset),
+/// and packed varlen tensors; the other arguments come from the call's `attn_fwd` arguments.
+#[test]
+fn tma_views_address_every_element_as_the_layouts_do() {
+    let mut rng = common::rng("tma_views_address_every_element_as_the_layouts_do");
+    let image = sm90_images().iter().find(|i| i.family == Family::FwdTma && i.block_d == 128).unwrap();
+    for n in 0..40 {
+        let (b, s_q, s_k, h_k) = (rng.gen_range(1..4), rng.gen_range(64..300), rng.gen_range(1..900), rng.gen_range(1..4));
+        let (h, d) = (h_k * rng.gen_range(1..4), 128);
+        let q = if n % 2 == 0 { zeros(&[b, s_q, h, d]) } else { zeros(&[b, s_q, 3 * h, d]).narrow(2, h, h).unwrap() };
+        let cache = s_k + rng.gen_range(0..50);
+        let k = zeros(&[b, cache, h_k, d]).narrow(1, cache - s_k, s_k).unwrap();
+        let v = zeros(&[b, cache + 8, h_k, d]).narrow(1, 8, s_k).unwrap();
+        let call = AttnCall::new(&request((None, Some(0)), None), [DType::F16; 3], q.layout(), k.layout(), v.layout()).unwrap();
+        let kernels = Kernels { fwd: image, fwd_b32: None, merge: image, batched: None, tma: Some(image) };
+        let plan = Plan::new(&call, kernels, H100_SMS).unwrap();
+        let fwd = fwd_args(&call, &BUFFERS, &plan).unwrap();
+        let views = tma::views(&call, &fwd, image);
+        let args = tma::tma_args(&call, &fwd, &views, Default::default()).unwrap();
+        check_view(&views[0], &args.q, BUFFERS.q, &q, args.q_batch_rows, args.stride_qh, None);
+        check_view(&views[1], &args.k, BUFFERS.k, &k, args.k_batch_rows, args.stride_kh, None);
+        check_view(&views[2], &args.v, BUFFERS.v, &v, args.v_batch_rows, args.stride_vh, None);
+        assert_eq!([views[0].box_rows, views[1].box_rows, views[0].box_cols], [64, 64, 64]);
+        assert_eq!((args.window_right, args.is_varlen, args.seqlen_q, args.seqlen_k), (0, 0, s_q as i32, s_k as i32));
+        assert_eq!((args.out, args.lse, args.fault, args.num_heads, args.num_heads_k), (fwd.out, fwd.lse, fwd.fault, h as i32, h_k as i32));
+    }
+    // Varlen: packed rows, sequences found through the cumulative seqlens.
+    let (tq, tk) = (500, 700);
+    let q = zeros(&[tq, 16, 64]);
+    let kv = zeros(&[tk, 2, 64]);
+    let cu = |v: &[u32]| Tensor::new(v, &Device::Cpu).unwrap();
+    let (sq, sk) = (cu(&[0, 200, 200, 500]), cu(&[0, 300, 310, 690]));
+    let varlen = VarLenRequest { seqlens_q: &sq, seqlens_k: &sk, max_seqlen_q: 300, max_seqlen_k: 380, block_table: None, page_block_size: None, mm_prefix_ranges: None };
+    let req = Request { varlen: Some(varlen), ..request((None, None), None) };
+    let call = AttnCall::new(&req, [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
+    let image = sm90_images().iter().find(|i| i.family == Family::FwdTma && i.block_d == 64).unwrap();
+    let kernels = select(&call, "sm_90", H100, sm90_images()).unwrap();
+    assert_eq!(kernels.tma.map(|t| t.block_d), Some(64));
+    let plan = Plan::new(&call, kernels, H100_SMS).unwrap();
+    assert_eq!(plan.kernels.fwd.family, Family::FwdTma);
+    assert_eq!(plan.grid, [300u32.div_ceil(64), 3 * 16, 1]);
+    let fwd = fwd_args(&call, &BUFFERS, &plan).unwrap();
+    let views = tma::views(&call, &fwd, image);
+    let args = tma::tma_args(&call, &fwd, &views, Default::default()).unwrap();
+    check_view(&views[0], &args.q, BUFFERS.q, &q, 0, args.stride_qh, Some(tq));
+    // The views of k and v end at the last sequence's last key.
+    check_view(&views[1], &args.k, BUFFERS.k, &kv.narrow(0, 0, 690).unwrap(), 0, args.stride_kh, Some(690));
+    assert_eq!((args.is_varlen, args.window_right, args.q_batch_rows), (1, -1, 0));
+    assert_eq!((args.cu_seqlens_q, args.cu_seqlens_k), (BUFFERS.seqstart_q as u64, BUFFERS.seqstart_k as u64));
+}

@@ -9,12 +9,10 @@ use std::sync::{Mutex, PoisonError};
 use super::library::{self, Candidates, DriverLibrary};
 use super::loader::{driver_functions, symbol};
 use super::{
-    call, GpuError, device_limits_from_attributes, text_or_unknown, Api, Backend, DeviceLimits, GpuResult,
+    call, device_limits_from_attributes, GpuError, text_or_unknown, Api, Backend, DeviceLimits, GpuResult,
     Handle, MappedHostMemory, SharedCalls,
 };
-use super::tensor_map::{
-    TensorMap, TiledView, INTERLEAVE_NONE, L2_PROMOTION_128B, OOB_FILL_NONE, SWIZZLE_128B,
-};
+use super::{TensorMap, TiledView};
 
 /// Where the CUDA driver is looked for: the one already loaded (by the CUDA runtime or the
 /// program), else loaded here. `libcuda.so.1` is its soname; `libcuda.so` the development link.
@@ -39,6 +37,14 @@ const CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: i32 = 97;
 const CU_MEMHOSTALLOC_PORTABLE: u32 = 0x01;
 /// `CU_MEMHOSTALLOC_DEVICEMAP`: mapped into the devices' address space.
 const CU_MEMHOSTALLOC_DEVICEMAP: u32 = 0x02;
+/// `CU_TENSOR_MAP_INTERLEAVE_NONE`.
+const INTERLEAVE_NONE: i32 = 0;
+/// `CU_TENSOR_MAP_SWIZZLE_128B`: the swizzle of the TMA kernel's shared layouts ([`TiledView`]).
+const SWIZZLE_128B: i32 = 3;
+/// `CU_TENSOR_MAP_L2_PROMOTION_L2_128B`, what Triton's own launcher asks for.
+const L2_PROMOTION_128B: i32 = 2;
+/// `CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE`: out-of-bounds elements read as zeros.
+const OOB_FILL_NONE: i32 = 0;
 /// Dynamic shared memory a kernel may use without opting in.
 const DEFAULT_DYNAMIC_SHARED_LIMIT: u32 = 48 * 1024;
 
@@ -301,8 +307,6 @@ impl Backend for Cuda {
         self.check("cuMemsetD32Async", status)
     }
 
-    /// A thread with no current context starts on device 0 (its primary context), as a HIP
-    /// thread does; any other status of `cuCtxGetDevice` is an error.
     fn encode_tensor_map(&self, view: &TiledView) -> GpuResult<TensorMap> {
         let Some(encode) = self.encode_tiled else {
             let message = "the CUDA driver has no cuTensorMapEncodeTiled (CUDA 12 or later has)".to_owned();
@@ -337,6 +341,8 @@ impl Backend for Cuda {
         Ok(map)
     }
 
+    /// A thread with no current context starts on device 0 (its primary context), as a HIP
+    /// thread does; any other status of `cuCtxGetDevice` is an error.
     fn current_device(&self) -> GpuResult<i32> {
         match self.current_device_if_any()? {
             Some(ordinal) => Ok(ordinal),

@@ -22,7 +22,6 @@ mod library;
 mod loader;
 mod module;
 mod scope;
-mod tensor_map;
 
 use std::ffi::{c_char, c_void};
 use std::sync::{Arc, OnceLock};

@@ -9,7 +9,7 @@ use crate::rocm::DeviceBuffers;
 use candle::Result;
 
 /// Bytes per element of the f16/bf16 tensors the kernels read.
-const ELEM: usize = 2;
+pub(super) const ELEM: usize = 2;
 /// The kernels load head-dim rows as 16-byte vectors: addresses and strides must allow it.
 const ALIGN_BYTES: usize = 16;
 /// CUDA and HIP cap grid dimensions y and z at 65535.

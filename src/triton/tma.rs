@@ -4,6 +4,7 @@
 //! feature).
 
 use super::args::{FwdArgs, TensorDescArg, TmaFwdArgs};
+use super::marshal::ELEM;
 use super::registry::{KernelDtype, KernelImage};
 use super::select::needs_extras;
 use crate::params::{AttnCall, Mode, TensorView};
@@ -33,8 +34,7 @@ const MAX_GRID_Y: usize = 65535;
 /// Elements per descriptor box row: 128 bytes of f16/bf16, the swizzle span (kernels/aot.py's
 /// TMA_BOX_COLS; the build refuses a kernel laid out otherwise).
 pub const BOX_COLS: u32 = 64;
-/// Bytes per element.
-const ELEM: usize = 2;
+
 /// A `CUtensorMap`: 128 opaque bytes, 64-byte aligned as `cuda.h` declares it (the launch copies
 /// it from here into the kernel's parameter space).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -92,7 +92,6 @@ pub struct TiledView {
     /// Elements per box row: at most 128 bytes of them (the swizzle span).
     pub box_cols: u32,
 }
-
 
 /// Whether the TMA kernel serves `call` (given an image of its dtype and head dim): plain
 /// (no ALiBi, softcap, mm_prefix ranges, paging; a scale the kernel folds), no left window, at

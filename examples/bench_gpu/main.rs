@@ -4,9 +4,11 @@
 //! followed by a synchronize (`latency_us`). Prints one line `key=value ...` for
 //! scripts/bench_gpu.py, which interleaves it with PyTorch's SDPA.
 //!
-//! Inputs are left as allocated: timing does not depend on the values (the paged and varlen
-//! modes' side tensors are real: a shuffled block table, every paged sequence S_K keys long, the
-//! varlen sequences of the lengths given).
+//! q, k and v hold standard normal values, as PyTorch's `randn` gives SDPA in
+//! scripts/bench_gpu.py: under load the GPU's clock depends on the data (zeros draw less power
+//! and run matrix work faster), so both sides time the same kind of input.
+//! The paged and varlen modes' side tensors are real: a shuffled block table, every paged
+//! sequence S_K keys long, the varlen sequences of the lengths given.
 use candle::{DType, Device, Layout, Shape, Tensor};
 use flash_attn_rocm::gpu::{DeviceBuffer, Driver};
 use flash_attn_rocm::params::{AttnCall, Request, VarLenRequest};
@@ -115,6 +117,18 @@ fn shuffled_table(b: usize, max_blocks: usize) -> Vec<u32> {
     table
 }
 
+/// `elems` standard normal values of `dtype` (f16 or bf16) as bytes: a block of 2^20 drawn
+/// values repeated (the values' kind, not their order, is what the timing sees).
+fn normal_bytes(elems: usize, dtype: DType) -> anyhow::Result<Vec<u8>> {
+    const BLOCK: usize = 1 << 20;
+    let drawn = Tensor::randn(0f32, 1f32, BLOCK.min(elems).max(1), &Device::Cpu)?.to_dtype(dtype)?;
+    let bits: Vec<u16> = match dtype {
+        DType::F16 => drawn.to_vec1::<half::f16>()?.iter().map(|x| x.to_bits()).collect(),
+        _ => drawn.to_vec1::<half::bf16>()?.iter().map(|x| x.to_bits()).collect(),
+    };
+    Ok(bits.iter().cycle().take(elems).flat_map(|b| b.to_ne_bytes()).collect())
+}
+
 fn bytes(values: &[u32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_ne_bytes()).collect()
 }
@@ -188,6 +202,9 @@ fn main() -> anyhow::Result<()> {
         .into_iter()
         .map(alloc)
         .collect::<Result<_, _>>()?;
+    for (buffer, elems) in memory.iter().zip([q_elems, kv_elems, kv_elems]) {
+        driver.copy_to_device(buffer, &normal_bytes(elems, dtype)?)?;
+    }
     let slope_bytes: Vec<u8> = slopes.iter().flat_map(|v| v.to_ne_bytes()).collect();
     let side: Vec<DeviceBuffer> = [bytes(&cu_q), bytes(&cu_k), bytes(&table), slope_bytes]
         .iter()

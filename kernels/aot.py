@@ -229,16 +229,24 @@ TILES = {
     ("sm90", "decode_batch"): {64: (16, 64, 4, 3, 0), 128: (16, 64, 4, 2, 0)},
 }
 # attention_tma.attn_fwd_tma (Hopper, Gluon; family "fwd_tma"): BLOCK_M, BLOCK_N, num_warps,
-# num_stages (K/V ring buffers) per target and head dim, built as exact-head-dim f16/bf16 variants
-# only (`fwd_tma_<dtype>_d<d>`). 64x64 with one warpgroup and two stages: 41 KiB at d = 64, 80
-# KiB at d = 128, so two or more programs share an SM and cover each other's pipeline start (160
-# KiB at d = 256: one). Three stages were slower on an H200 at every measured shape but two (d = 128
-# 64 x 256 non-causal +2%, 8 x 2048 causal +1.5%; d = 64 8 x 2048 7% slower). Against the tl
-# kernels (f16, TFLOP/s, non-causal / causal): d = 128 64 x 256 x 16 313 / 194 against 280 / 171,
-# 16 x 1024 516 / 405 against 443 / 318 (one run, beside each other); JIT, another run: d = 256
-# 64 x 256 x 8 282 / 176 against 272 / 162, 16 x 1024 474 / 357 against 441 / 322, 4 x 4096 554 /
-# 444 against 518 / 464. src/triton/tma.rs (max_keys) takes it up to the lengths where it won.
-TMA_TILES = {"sm90": {64: (64, 64, 4, 2), 128: (64, 64, 4, 2), 256: (64, 64, 4, 2)}}
+# num_stages (K/V ring buffers) per (target, class) and head dim, built as exact-head-dim f16/bf16
+# variants only (`fwd_tma_<dtype>_d<d>`, `fwd_tma_short_<dtype>_d<d>`); src/triton/tma.rs
+# (short_keys) says which class a call takes. 64x64 with one warpgroup and two stages at d = 64
+# and 128: 41 / 80 KiB, so two or more programs share an SM and cover each other's pipeline start.
+# At d = 256 two warpgroups on 128 query rows (192 KiB, one program per SM) halve the K/V loads per
+# row. Measured on an H200 (JIT, standard normal inputs, CUDA-graph timing, f16, TFLOP/s,
+# non-causal / causal; b x s at 16384 tokens, 2048 / d heads): d = 256 128x64x8 against 64x64x4
+# at 64 x 256 337 / 194 against 283 / 176, 1 x 16384 560 / 553 against 506 / 490; d = 128's
+# 128x64x8 was slower at every length (64 x 256 266 against 308, 1 x 16384 464 against 483). The
+# short class, 64x32: d = 128 64 x 256 338 / 218 against 64x64's 316 / 193 (32 x 512: 387 against
+# 414); d = 256 causal 64 x 256 to 8 x 2048 214, 306, 378, 424 against 128x64's 196, 292, 350, 416
+# (4 x 4096: 407 against 464; non-causal 64 x 256 333 against 336): tma.rs takes it up to 1024
+# causal keys at d = 256. Three stages were slower on an H200 at every measured shape but two
+# (d = 128 64 x 256 non-causal +2%, 8 x 2048 causal +1.5%).
+TMA_TILES = {
+    ("sm90", "prefill"): {64: (64, 64, 4, 2), 128: (64, 64, 4, 2), 256: (128, 64, 8, 2)},
+    ("sm90", "prefill_short"): {128: (64, 32, 4, 2), 256: (64, 32, 4, 2)},
+}
 # What src/triton/tma.rs encodes for every descriptor of attn_fwd_tma: CU_TENSOR_MAP_SWIZZLE_128B
 # (triton's device-side enum value 3) and a box of 64 columns (128 bytes of f16/bf16, the swizzle
 # span) by the tile's rows; compile_one refuses a kernel whose descriptors Triton laid out otherwise.
@@ -429,10 +437,11 @@ def variants(block_dims, dtypes, target=None):
                             out.append((name, "fwd", fields))
                             if buffer_twin(target, fields):
                                 out.append((name + "_b32", "fwd", dict(fields, ptr32=True)))
-            if bd in TMA_TILES.get(tile_family(target) if target else None, {}):
-                out.append((f"fwd_tma_{dtype}_d{bd}", "fwd_tma",
-                            dict(tile="prefill", dtype=dtype, block_d=bd, even_d=True, paged=False, extras=False,
-                                 ptr32=False)))
+            for tile, infix in (("prefill", ""), ("prefill_short", "short_")):
+                if target and bd in TMA_TILES.get((tile_family(target), tile), {}):
+                    out.append((f"fwd_tma_{infix}{dtype}_d{bd}", "fwd_tma",
+                                dict(tile=tile, dtype=dtype, block_d=bd, even_d=True, paged=False, extras=False,
+                                     ptr32=False)))
             out.append((f"merge_{dtype}_d{bd}", "merge",
                         dict(tile="merge", dtype=dtype, block_d=bd, even_d=False, paged=False, extras=False,
                              ptr32=False)))
@@ -487,7 +496,7 @@ def tma_source(target, fields, dtype):
 
     fn = attention_tma.attn_fwd_tma
     bd = fields["block_d"]
-    bm, bn, warps, stages = TMA_TILES[tile_family(target)][bd]
+    bm, bn, warps, stages = TMA_TILES[(tile_family(target), fields["tile"])][bd]
     element = {"fp16": gl.float16, "bf16": gl.bfloat16}[dtype]
     sig, attrs = signature(fn, TMA_POINTERS, ["sm_scale"], dtype)
     for arg, rows in (("q_desc", bm), ("k_desc", bn), ("v_desc", bn)):

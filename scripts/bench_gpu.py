@@ -1,13 +1,17 @@
 """The GPU benchmark of the Triton path beside PyTorch, in one run, shape by shape.
 
     python3 scripts/bench_gpu.py BENCH_BINARY [--quick] [--prefill-only | --decode-only | --extras-only] [--baseline OLD_BINARY]
+                                 [--rounds N] [--dims 64,128,256]
 
 BENCH_BINARY is the `bench_gpu` example (built with `--features cuda-verify` for NVIDIA or
 `rocm` for AMD). Prefill: f16/bf16, d = 64, 128, 256 with h*d = 2048 (32, 16, 8 heads),
 b*s = 16384 tokens, s = 256..16384 (64 short prompts to one long one), causal and not, our
 TFLOP/s beside `scaled_dot_product_attention`'s flash backend (FA2) and its fastest backend for
 the row (cuDNN, flash or memory-efficient); varlen batches of mixed prompt lengths beside SDPA on
-nested (jagged) tensors. `--baseline OLD_BINARY`
+nested (jagged) tensors. `--rounds N` times each prefill row N times, ours, the baseline and
+SDPA in turn, and reports each one's median (an H200's clock under load drifts by several
+percent between runs of a few seconds). `--dims` picks the dense prefill rows' head dims (varlen
+runs with d = 128 only). `--baseline OLD_BINARY`
 adds the prefill TFLOP/s and the decode times of another build (old beside new in the same run). Decode: b = 1..64, 32 query / 8 k/v heads, d=128, s_k = 1k..128k, beside PyTorch's
 fastest backend for it (cuDNN, memory-efficient or flash, enable_gqa), and the K/V bytes read
 per second as a fraction of the GPU's device-to-device copy bandwidth (read + write); paged
@@ -70,10 +74,14 @@ def copy_bandwidth():
     return 2 * x.numel() / timed(lambda: y.copy_(x)) / 1e9
 
 
+def option(name, default):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
 def main():
     binary = sys.argv[1]
     quick = "--quick" in sys.argv
-    baseline = sys.argv[sys.argv.index("--baseline") + 1] if "--baseline" in sys.argv else None
+    baseline = option("--baseline", None)
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
     bw = copy_bandwidth()
     print(f"# device-to-device copy bandwidth (read + write): {bw:.0f} GB/s")
@@ -109,23 +117,29 @@ def prefill(binary, baseline, quick):
     print(f"| prefill | dtype | d | b x s x h | causal |{old_col} ours TFLOP/s | FA2 TFLOP/s | best TFLOP/s (backend) | ours / FA2 | ours / best |")
     print("|---|---|---|---|---|" + ("---|" if baseline else "") + "---|---|---|---|---|")
     lengths = (512, 4096) if quick else (256, 512, 1024, 2048, 4096, 8192, 16384)
+    dims = [int(d) for d in option("--dims", "64,128,256").split(",")]
     for dtype_name, dtype in (("f16", torch.float16), ("bf16", torch.bfloat16)):
-        for d, s in ((d, s) for d in (64, 128, 256) for s in lengths):
+        for d, s in ((d, s) for d in dims for s in lengths):
             b, h = 16384 // s, 2048 // d
             for causal in (False, True):
                 q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(3))
-                times = torch_prefill(q, k, v, causal)
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)
                 args = ("prefill", dtype_name, b, s, h, d, int(causal))
-                print(prefill_row(binary, baseline, args, f"| | {dtype_name} | {d} | {b} x {s} x {h} | {causal} |", flops, times))
+                row = f"| | {dtype_name} | {d} | {b} x {s} x {h} | {causal} |"
+                print(prefill_row(binary, baseline, args, row, flops, lambda: torch_prefill(q, k, v, causal)))
                 del q, k, v
     varlen(binary, baseline, quick)
 
 
-def prefill_row(binary, baseline, args, head, flops, times):
-    """One table row: ours (and the baseline) beside FA2 and the fastest of `times`."""
-    ours_tf = float(ours(binary, *args)["tflops"])
-    old = f" {ours(baseline, *args)['tflops']} |" if baseline else ""
+def prefill_row(binary, baseline, args, head, flops, torch_times):
+    """One table row: ours (and the baseline) beside FA2 and the fastest of SDPA's backends
+    (`torch_times()`: {backend: seconds}), each the median of `--rounds` turns."""
+    rounds = int(option("--rounds", "1"))
+    turns = [(torch_times(), float(ours(binary, *args)["tflops"]), baseline and float(ours(baseline, *args)["tflops"]))
+             for _ in range(rounds)]
+    times = {name: statistics.median(t[0][name] for t in turns) for name in turns[0][0]}
+    ours_tf = statistics.median(t[1] for t in turns)
+    old = f" {statistics.median(t[2] for t in turns):.1f} |" if baseline else ""
     fa2_tf = flops / times["flash"] / 1e12 if "flash" in times else float("nan")
     best = min(times, key=times.get)
     best_tf = flops / times[best] / 1e12
@@ -160,14 +174,13 @@ def varlen(binary, baseline, quick):
             q, k, v = (torch.nested.nested_tensor_from_jagged(torch.randn(total, h, d, device="cuda", dtype=dtype),
                                                               offsets).transpose(1, 2) for _ in range(3))
             for causal in (False, True):
-                times = torch_prefill(q, k, v, causal)
-                if not times:
+                if not torch_prefill(q, k, v, causal):
                     print(f"# varlen {dtype_name} {len(lens)} prompts: no SDPA backend took the nested tensors")
                     continue
                 flops = sum(4 * h * n * n * d for n in lens) / (2 if causal else 1)
                 args = ("varlen", dtype_name, h, d, int(causal), ",".join(map(str, lens)))
                 head = f"| | {dtype_name} | {len(lens)} ({min(lens)}..{max(lens)}) | {total} | {causal} |"
-                print(prefill_row(binary, baseline, args, head, flops, times))
+                print(prefill_row(binary, baseline, args, head, flops, lambda: torch_prefill(q, k, v, causal)))
             del q, k, v
 
 

@@ -16,6 +16,8 @@ const H100_SMS: usize = 132;
 
 fn sm90_image(family: Family, tile: Tile, block_d: u32, paged: bool, extras: bool) -> KernelImage {
     let (block_m, block_n, threads) = match (family, tile) {
+        (Family::FwdTma, Tile::PrefillShort) => (64, 32, 128),
+        (Family::FwdTma, _) if block_d == 256 => (128, 64, 256),
         (Family::FwdTma, _) => (64, 64, 128),
         (_, Tile::Decode) => (16, 128, 128),
         (_, Tile::Merge) => (1, 16, 128),
@@ -43,7 +45,8 @@ fn sm90_image(family: Family, tile: Tile, block_d: u32, paged: bool, extras: boo
 }
 
 /// sm_90's f16 kernels at exact head dims 64, 96 (as 128's padded tile would: here an exact
-/// 96 image that has no TMA twin), 128 and 256, with TMA images at 64, 128 and 256.
+/// 96 image that has no TMA twin), 128 and 256, with TMA images at 64, 128 and 256 (128 rows at
+/// 256, as kernels/aot.py builds them) and of the short class at 128 and 256.
 fn sm90_images() -> &'static [KernelImage] {
     let mut all = Vec::new();
     for block_d in [64, 96, 128, 256] {
@@ -54,6 +57,9 @@ fn sm90_images() -> &'static [KernelImage] {
         all.push(sm90_image(Family::Merge, Tile::Merge, block_d, false, false));
         if block_d != 96 {
             all.push(sm90_image(Family::FwdTma, Tile::Prefill, block_d, false, false));
+        }
+        if block_d >= 128 {
+            all.push(sm90_image(Family::FwdTma, Tile::PrefillShort, block_d, false, false));
         }
     }
     Box::leak(all.into_boxed_slice())
@@ -68,18 +74,19 @@ fn request(window: (Option<usize>, Option<usize>), softcap: Option<f32>) -> Requ
 }
 
 /// Random batch calls, each with whether the TMA kernel serves it (the rule restated: a plain
-/// call, no left window, >= 64 queries, at most 2048 or 4096 keys (by head dim and diagonal), heads
-/// inside a row, head dim 64, 128 or 256): the plan launches it exactly when it serves and its grid, one program per
-/// 64 queries of each sequence and query head, fills the device (it does not split the keys);
-/// unsplit.
+/// call, no left window, >= 64 queries, at most 2048 or 4096 keys at head dims 64 and 128 (by
+/// diagonal), any number at 256, heads inside a row) and which class (short: at most 256 keys at
+/// d = 128, 1024 at d = 256 with a diagonal): the plan launches it exactly when it serves and its
+/// grid, one program per query block of each sequence and query head, fills the device (it does
+/// not split the keys); unsplit.
 #[test]
 fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
     let mut rng = common::rng("prompts_take_the_tma_kernel_exactly_when_it_serves_them");
-    let (mut taken, mut small) = (0, 0);
+    let (mut taken, mut small, mut shorts) = (0, 0, 0);
     for _ in 0..1000 {
         let b = rng.gen_range(1..5);
         let s_q = [1, 16, 63, 64, 100, 300, 1100][rng.gen_range(0..7)];
-        let s_k = [1, 64, 500, 2048, 2049, 4096, 4097][rng.gen_range(0..7)];
+        let s_k = [1, 64, 256, 257, 500, 1024, 1025, 2048, 2049, 4096, 4097, 9000][rng.gen_range(0..12)];
         let d = [64, 96, 128, 256][rng.gen_range(0..4)];
         let h_k = rng.gen_range(1..4);
         let h = h_k * rng.gen_range(1..4);
@@ -95,11 +102,17 @@ fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
         // k/v narrowed from a longer cache: a batch stride of whole rows.
         let kv = zeros(&[b, s_k + 7, h_k, d]).narrow(1, 0, s_k).unwrap();
         let call = AttnCall::new(&request(window, softcap), [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
+        // A right window wider than the keys is no window (flash-attn's normalization).
+        let diagonal = diagonal && window.1.is_some_and(|right| right <= s_k);
         let max_keys = match (d, diagonal) {
-            (256, true) => 2048,
-            (256, false) => 4096,
+            (256, _) => usize::MAX,
             (_, true) => 4096,
             (_, false) => 2048,
+        };
+        let short = match d {
+            128 => s_k <= 256,
+            256 => diagonal && s_k <= 1024,
+            _ => false,
         };
         // A left window wider than the keys is no window.
         let left_bounds = left && 30 < s_k;
@@ -111,20 +124,28 @@ fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
             && (!heads_across_rows || h == 1 || s_q == 1);
         let kernels = select(&call, "sm_90", H100, sm90_images()).unwrap();
         assert_eq!(kernels.tma.is_some(), serves, "b {b} s_q {s_q} s_k {s_k} d {d} h {h}/{h_k} {window:?} {softcap:?} {heads_across_rows}");
+        if let Some(tma) = kernels.tma {
+            assert_eq!(tma.tile, if short { Tile::PrefillShort } else { Tile::Prefill }, "s_k {s_k} d {d} {window:?}");
+        }
+        let block_m = match (d, short) {
+            (256, false) => 128,
+            _ => 64,
+        };
         // Devices of 16 to 132 SMs.
         let units = [16, 66, H100_SMS][rng.gen_range(0..3)];
         let plan = Plan::new(&call, kernels, units).unwrap();
-        let fills = s_q.div_ceil(64) * b * h >= units;
+        let fills = s_q.div_ceil(block_m) * b * h >= units;
         let launches_tma = plan.kernels.fwd.family == Family::FwdTma;
         assert_eq!(launches_tma, serves && fills, "s_q {s_q} s_k {s_k} d {d} b {b} h {h}");
         if launches_tma {
-            assert_eq!(plan.grid, [s_q.div_ceil(64) as u32, (b * h) as u32, 1]);
+            assert_eq!(plan.grid, [s_q.div_ceil(block_m) as u32, (b * h) as u32, 1]);
             assert_eq!((plan.num_splits, plan.scratch_lens(&call)), (1, (0, 0)));
             taken += 1;
         }
         small += (serves && !fills) as usize;
+        shorts += (serves && short) as usize;
     }
-    assert!(taken > 20 && small > 5, "{taken} calls took the TMA kernel, {small} served ones had small grids");
+    assert!(taken > 20 && small > 5 && shorts > 20, "{taken} calls took the TMA kernel, {small} served ones had small grids, {shorts} its short class");
 }
 
 /// Element (b, s, h, e) of a tensor read through its view: view row `b * batch_rows + s`, column
@@ -158,7 +179,7 @@ fn check_view(view: &tma::TiledView, desc: &flash_attn_rocm::triton::TensorDescA
 #[test]
 fn tma_views_address_every_element_as_the_layouts_do() {
     let mut rng = common::rng("tma_views_address_every_element_as_the_layouts_do");
-    let image = sm90_images().iter().find(|i| i.family == Family::FwdTma && i.block_d == 128).unwrap();
+    let image = sm90_images().iter().find(|i| i.family == Family::FwdTma && i.tile == Tile::Prefill && i.block_d == 128).unwrap();
     for n in 0..40 {
         let (b, s_q, s_k, h_k) = (rng.gen_range(1..4), rng.gen_range(64..300), rng.gen_range(1..900), rng.gen_range(1..4));
         let (h, d) = (h_k * rng.gen_range(1..4), 128);

@@ -50,7 +50,7 @@ impl Plan {
         let rows = if call.total_q == 0 { 0 } else { call.max_seqlen_q * call.group_size() };
         let heads = call.batch * call.num_heads_k;
         let programs_of = |fwd: &KernelImage| rows.div_ceil(fwd.block_m as usize) * heads;
-        // The TMA kernel, one program per (64-row query block, sequence, query head), where it
+        // The TMA kernel, one program per (query block of its tile, sequence, query head), where it
         // serves the call and its grid fills the device: it never splits the keys, so a smaller
         // grid is left to the kernel that does.
         if let Some(tma) = kernels.tma() {

@@ -197,6 +197,8 @@ struct Wanted {
     short: bool,
     /// A call the TMA kernel serves (where built for its dtype and exact head dim).
     tma: bool,
+    /// Few enough keys for the TMA kernel's short class ([`super::tma::short_keys`]).
+    tma_short: bool,
 }
 
 impl Wanted {
@@ -222,6 +224,7 @@ impl Wanted {
                 && rows <= SHORT_PREFILL_LEN
                 && call.max_seqlen_k <= SHORT_PREFILL_LEN,
             tma: super::tma::serves(call),
+            tma_short: call.max_seqlen_k <= super::tma::short_keys(call.head_dim, call.window.right >= 0),
         })
     }
 
@@ -253,11 +256,20 @@ impl Wanted {
         Some(Kernels { batched, tma, ..kernels })
     }
 
-    /// The TMA image of `target` for the call's dtype and exact head dim, if built and usable.
+    /// The TMA image of `target` for the call's dtype and exact head dim, if built and usable: of
+    /// the short class for few keys where built, else of the prefill class.
     fn tma_image(&self, target: &str, images: &'static [KernelImage], usable: &dyn Fn(&KernelImage) -> bool) -> Option<&'static KernelImage> {
-        images.iter().find(|img| {
-            img.family == Family::FwdTma && img.target == target && img.dtype == self.dtype && img.block_d == self.d && usable(img)
-        })
+        let of_tile = |tile: Tile| {
+            images.iter().find(|img| {
+                img.family == Family::FwdTma
+                    && img.tile == tile
+                    && img.target == target
+                    && img.dtype == self.dtype
+                    && img.block_d == self.d
+                    && usable(img)
+            })
+        };
+        self.tma_short.then(|| of_tile(Tile::PrefillShort)).flatten().or_else(|| of_tile(Tile::Prefill))
     }
 
     /// The kernels of `target` for the call with the `attn_fwd` tile `tile`, among the images

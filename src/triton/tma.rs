@@ -15,19 +15,29 @@ use candle::Result;
 /// TFLOP/s, TMA against tl; kernels/aot.py's TMA_TILES has more): d = 64 8 x 2048 non-causal 451
 /// against 411 (4 x 4096: 426 against 433), causal 4 x 4096 399 against 378 (2 x 8192: 400 against
 /// 407); d = 128 8 x 2048 non-causal 532 against 487 (4 x 4096: 508 against 514), causal 4 x 4096
-/// 460 against 440; d = 256 non-causal 4 x 4096 554 against 518, causal 16 x 1024 357 against 322
-/// (4 x 4096: 444 against 464).
+/// 460 against 440. At d = 256 its 128-row tile takes every length (docs/bench-gpu-h200.md).
 pub fn max_keys(head_dim: usize, diagonal: bool) -> usize {
     match (head_dim, diagonal) {
-        (256, false) => 4096,
-        (256, true) => 2048,
+        (256, _) => usize::MAX,
         (_, false) => 2048,
         (_, true) => 4096,
     }
 }
 
-/// Query rows a call needs for the TMA kernel: its 64-row blocks hold one head, where the `tl`
-/// prefill tile packs a GQA group's heads into its rows.
+/// Keys up to which a call of head dim `head_dim` takes the TMA kernel's short class (64 x 32
+/// tiles, kernels/aot.py's TMA_TILES), where built: more programs per SM, each with less to
+/// start, for prompts of a few key tiles; at d = 256 for causal calls, whose diagonal leaves a
+/// 128-row block's work uneven, up to 1024 keys (at 2048 the two tiles were level on an H200).
+pub fn short_keys(head_dim: usize, diagonal: bool) -> usize {
+    match (head_dim, diagonal) {
+        (256, true) => 1024,
+        (256, false) => 0,
+        _ => 256,
+    }
+}
+
+/// Query rows a call needs for the TMA kernel: its blocks (64 or 128 rows) hold one head, where
+/// the `tl` prefill tile packs a GQA group's heads into its rows.
 pub const TMA_MIN_QUERIES: usize = 64;
 /// CUDA caps grid dimension y (batch x heads) at 65535.
 const MAX_GRID_Y: usize = 65535;

@@ -5,6 +5,7 @@
 //! leaves to the others, and the calls it refuses.
 
 use candle::{DType, Device, Tensor};
+use fa::triton::Tile;
 use flash_attn_rocm as fa;
 use rand::Rng;
 
@@ -249,12 +250,12 @@ pub fn short_masked_prompts_match_cpu() {
         let exp = batch_expected(&c, &x);
         let f = x.features(&c);
         let chosen = fa::explain(|| fa::triton::offload::run_on_gpu(driver, || calls::batch(&x.q, &x.k, &x.v, f))).unwrap();
-        let has_short = fa::triton::KERNELS.iter().any(|k| k.target == chosen.target && k.tile == fa::triton::Tile::PrefillShort);
+        let has_short = fa::triton::KERNELS.iter().any(|k| k.target == chosen.target && k.tile == Tile::PrefillShort);
         // Causal d = 64 and 128 prompts take the TMA kernel where built, if their grid fills the
         // device (not at this batch on an H100 or H200).
         let units = fa::triton::current_device(driver).unwrap().1.units;
-        let tile = match (has_tma(&chosen.target, d), has_short) {
-            (true, _) if window == CAUSAL && tma_programs(&c) >= units => "fwd_tma_",
+        let tile = match (has_tma(&chosen.target, d, Tile::Prefill), has_short) {
+            (true, _) if window == CAUSAL && tma_programs(&c, 64) >= units => "fwd_tma_",
             (_, true) => "fwd_prefill_short_",
             _ => "fwd_prefill_",
         };
@@ -311,17 +312,22 @@ pub fn batched_decode_matches_cpu() {
 }
 
 /// The TMA kernel's grid for batch case `c`: one program per 64 queries of a sequence and head.
-fn tma_programs(c: &BatchCase) -> usize {
-    c.s_q.div_ceil(64) * c.b * c.h
+/// The TMA kernel's programs for `c` with query blocks of `rows` rows (64, or 128 for d = 256's
+/// prefill class).
+fn tma_programs(c: &BatchCase, rows: usize) -> usize {
+    c.s_q.div_ceil(rows) * c.b * c.h
 }
 
-/// Whether this build has the TMA kernel for `target` at head dim `d`.
-fn has_tma(target: &str, d: usize) -> bool {
-    fa::triton::KERNELS.iter().any(|k| k.target == target && k.family == fa::triton::Family::FwdTma && k.block_d as usize == d)
+/// Whether this build has the TMA kernel of class `tile` for `target` at head dim `d`.
+fn has_tma(target: &str, d: usize, tile: fa::triton::Tile) -> bool {
+    fa::triton::KERNELS
+        .iter()
+        .any(|k| k.target == target && k.family == fa::triton::Family::FwdTma && k.tile == tile && k.block_d as usize == d)
 }
 
-/// Prompts the TMA kernel serves where built (sm_90, d = 64, 128 and 256): GQA and MHA, causal with
-/// fewer keys than queries (rows that see no key), a right window, lengths off its 64-row tiles,
+/// Prompts the TMA kernel serves where built (sm_90, d = 64, 128 and 256; its short class at 128
+/// and 256, d = 256's 128-row tile): GQA and MHA, causal with fewer keys than queries (rows that
+/// see no key), a right window, lengths off its tiles,
 /// k and v narrowed from caches whose unused rows hold NaN (rows its tiles read past a sequence);
 /// and prompts it leaves to the other kernels (left window, heads strided across rows, more keys
 /// than it takes, head dim 96). Batches are large enough for a grid that fills the device, which
@@ -343,13 +349,16 @@ pub fn tma_prompts_match_cpu() {
         (2, 100, 100, 4, 2, 128, NONE, true, false),
         (2, 100, 2100, 4, 2, 64, NONE, false, false),
         (2, 200, 300, 4, 2, 256, CAUSAL, false, true),
+        (2, 150, 300, 4, 2, 256, NONE, false, true),
+        (1, 130, 2100, 4, 2, 256, CAUSAL, false, true),
         (2, 130, 130, 4, 2, 128, (Some(20), Some(0)), false, false),
         (2, 130, 130, 4, 2, 96, CAUSAL, false, false),
     ];
     for (n, (b, s_q, s_k, h, h_k, d, window, transposed, serves)) in cases.into_iter().enumerate() {
         let dtype = DTYPES[n % 2];
         let mut c = BatchCase { b, s_q, s_k, h, h_k, d, dtype, window, alibi: false, softcap: None, transposed };
-        c.b = b.max(units.div_ceil(tma_programs(&c) / b));
+        // Sized for the largest query block, so that the grid fills the device whichever runs.
+        c.b = b.max(units.div_ceil(tma_programs(&c, 128) / b));
         let b = c.b;
         let mut x = batch_inputs(&c, &mut rng);
         let exp = batch_expected(&c, &x);
@@ -365,7 +374,15 @@ pub fn tma_prompts_match_cpu() {
         let f = x.features(&c);
         let chosen = fa::explain(|| fa::triton::offload::run_on_gpu(driver, || calls::batch(&x.q, &x.k, &x.v, f))).unwrap();
         let tma = chosen.variant.starts_with("fwd_tma_");
-        assert_eq!(tma, serves && has_tma(&chosen.target, d), "{c:?} ran {} on {}", chosen.variant, chosen.target);
+        assert_eq!(tma, serves && has_tma(&chosen.target, d, Tile::Prefill), "{c:?} ran {} on {}", chosen.variant, chosen.target);
+        // The short class: up to 256 keys at d = 128, 1024 causal ones at d = 256.
+        let short = match d {
+            128 => s_k <= 256,
+            256 => window == CAUSAL && s_k <= 1024,
+            _ => false,
+        };
+        let short_built = has_tma(&chosen.target, d, Tile::PrefillShort);
+        assert_eq!(chosen.variant.starts_with("fwd_tma_short_"), tma && short && short_built, "{c:?} ran {}", chosen.variant);
         check_lse_variant(&format!("{c:?}"), &cpu, &[&x.q, &x.k, &x.v], &exp, false, |a| {
             with_lse(calls::batch_op(f).forward_with_lse(&a[0], &a[1], &a[2]))
         });
@@ -380,7 +397,7 @@ pub fn tma_prompts_match_cpu() {
         let s = calls::Seqlens { q: &sq, k: &sk, max_q: 200, max_k: 200 };
         let chosen = fa::explain(|| fa::triton::offload::run_on_gpu(driver, || calls::varlen(&r.q, &r.k, &r.v, &s, fv))).unwrap();
         let fills = 200usize.div_ceil(64) * lens.len() * 6 >= units;
-        assert_eq!(chosen.variant.starts_with("fwd_tma_"), has_tma(&chosen.target, d) && fills, "varlen ran {}", chosen.variant);
+        assert_eq!(chosen.variant.starts_with("fwd_tma_"), has_tma(&chosen.target, d, Tile::Prefill) && fills, "varlen ran {}", chosen.variant);
         check_lse_variant(&format!("varlen d = {d} {window:?}"), &cpu, &[&r.q, &r.k, &r.v, &sq, &sk], &exp, false, |a| {
             let s = calls::Seqlens { q: &a[3], k: &a[4], max_q: 200, max_k: 200 };
             with_lse(calls::varlen_with_lse(&a[0], &a[1], &a[2], &s, fv))

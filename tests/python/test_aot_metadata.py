@@ -216,13 +216,15 @@ class BufferTwinTest(unittest.TestCase):
         # dtype, head-dim tile (the batched decode tile at d = 64 and 128) and exact/padded head dim.
         sm90 = aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), "sm_90")
         for tile, count, dims in (("prefill_short", 16, {32, 64, 128, 256}), ("decode_batch", 8, {64, 128})):
-            own_class = [(n, f) for n, _, f in sm90 if f["tile"] == tile]
+            own_class = [(n, f) for n, family, f in sm90 if family == "fwd" and f["tile"] == tile]
             self.assertEqual(len(own_class), count, tile)
             self.assertEqual({f["block_d"] for _, f in own_class}, dims, tile)
             self.assertTrue(all(n.endswith("_flat") and not f["paged"] and not f["extras"] for n, f in own_class))
-        # and the TMA kernel (attention_tma.py): exact head dims 64, 128 and 256, both dtypes.
-        tma = {n for n, family, f in sm90 if family == "fwd_tma"}
-        self.assertEqual(tma, {f"fwd_tma_{dt}_d{d}" for dt in ("fp16", "bf16") for d in (64, 128, 256)})
+        # and the TMA kernel (attention_tma.py): exact head dims 64, 128 and 256, both dtypes; its
+        # short class at 128 and 256.
+        tma = {n: f["tile"] for n, family, f in sm90 if family == "fwd_tma"}
+        self.assertEqual(tma, {**{f"fwd_tma_{dt}_d{d}": "prefill" for dt in ("fp16", "bf16") for d in (64, 128, 256)},
+                               **{f"fwd_tma_short_{dt}_d{d}": "prefill_short" for dt in ("fp16", "bf16") for d in (128, 256)}})
         for target in ("sm_80", "sm_86", "gfx942", "gfx1100", "gfx1201", "gfx1030"):
             self.assertFalse([n for n, family, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target)
                               if "_prefill_short_" in n or "_decode_batch_" in n or family == "fwd_tma"])

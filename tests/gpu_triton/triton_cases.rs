@@ -311,7 +311,6 @@ pub fn batched_decode_matches_cpu() {
     }
 }
 
-/// The TMA kernel's grid for batch case `c`: one program per 64 queries of a sequence and head.
 /// The TMA kernel's programs for `c` with query blocks of `rows` rows (64, or 128 for d = 256's
 /// prefill class).
 fn tma_programs(c: &BatchCase, rows: usize) -> usize {
@@ -319,7 +318,7 @@ fn tma_programs(c: &BatchCase, rows: usize) -> usize {
 }
 
 /// Whether this build has the TMA kernel of class `tile` for `target` at head dim `d`.
-fn has_tma(target: &str, d: usize, tile: fa::triton::Tile) -> bool {
+fn has_tma(target: &str, d: usize, tile: Tile) -> bool {
     fa::triton::KERNELS
         .iter()
         .any(|k| k.target == target && k.family == fa::triton::Family::FwdTma && k.tile == tile && k.block_d as usize == d)

@@ -207,6 +207,7 @@ fn entry(row: &Row, dir: &Path, ptx: bool) -> BuildResult<String> {
     let tile = match row.get("tile") {
         "prefill" => "Prefill",
         "prefill_short" => "PrefillShort",
+        "prefill_ws" => "PrefillWs",
         "decode" => "Decode",
         "decode_batch" => "DecodeBatch",
         "merge" => "Merge",

@@ -243,10 +243,29 @@ TILES = {
 # (4 x 4096: 407 against 464; non-causal 64 x 256 333 against 336): tma.rs takes it up to 1024
 # causal keys at d = 256. Three stages were slower on an H200 at every measured shape but two
 # (d = 128 64 x 256 non-causal +2%, 8 x 2048 causal +1.5%).
+#
+# The warp-specialized class (attention_ws.attn_fwd_tma_ws, "prefill_ws"): 128 query rows per
+# program, each half one consumer warpgroup's (num_warps is a consumer's), a loader warp; maxnreg
+# WS_MAXNREG for its 12 warps. Measured on an H200 (JIT, the same setup; f16, TFLOP/s, against
+# attn_fwd_tma's tile of the prefill class, non-causal / causal): d = 128 128x128 x 2 stages at
+# 32 x 512 378 / 227 against 350 / 257, 16 x 1024 462 / 330 against 404 / 324, 1 x 16384 585 /
+# 569 against 480 / 481 (3 stages and 128x64 slower from 1024 keys); d = 256 128x64 at 64 x 256
+# 322 / 187 against 326 / 191, 32 x 512 451 / 290 against 400 / 267, 1 x 16384 647 / 638 against
+# 554 / 547 (128x32 slower everywhere); d = 64 128x128 below 64x64 up to 2048 keys (0.55-0.99)
+# and 1.03-1.07 above it, where the `tl` kernels run: not built.
 TMA_TILES = {
     ("sm90", "prefill"): {64: (64, 64, 4, 2), 128: (64, 64, 4, 2), 256: (128, 64, 8, 2)},
     ("sm90", "prefill_short"): {128: (64, 32, 4, 2), 256: (64, 32, 4, 2)},
+    ("sm90", "prefill_ws"): {128: (128, 128, 4, 2), 256: (128, 64, 4, 2)},
 }
+# Registers per thread the warp-specialized kernel is compiled with: 65,536 / (12 warps x 32),
+# rounded down to the multiple of 8 that setmaxnreg counts in; attention_ws.py moves them to the
+# consumers.
+WS_MAXNREG = 168
+# The TMA classes, their kernels and variant-name infixes.
+TMA_CLASSES = {"prefill": ("attention_tma", "attn_fwd_tma", ""),
+               "prefill_short": ("attention_tma", "attn_fwd_tma", "short_"),
+               "prefill_ws": ("attention_ws", "attn_fwd_tma_ws", "ws_")}
 # What src/triton/tma.rs encodes for every descriptor of attn_fwd_tma: CU_TENSOR_MAP_SWIZZLE_128B
 # (triton's device-side enum value 3) and a box of 64 columns (128 bytes of f16/bf16, the swizzle
 # span) by the tile's rows; compile_one refuses a kernel whose descriptors Triton laid out otherwise.
@@ -437,7 +456,7 @@ def variants(block_dims, dtypes, target=None):
                             out.append((name, "fwd", fields))
                             if buffer_twin(target, fields):
                                 out.append((name + "_b32", "fwd", dict(fields, ptr32=True)))
-            for tile, infix in (("prefill", ""), ("prefill_short", "short_")):
+            for tile, (_, _, infix) in TMA_CLASSES.items():
                 if target and bd in TMA_TILES.get((tile_family(target), tile), {}):
                     out.append((f"fwd_tma_{infix}{dtype}_d{bd}", "fwd_tma",
                                 dict(tile=tile, dtype=dtype, block_d=bd, even_d=True, paged=False, extras=False,
@@ -486,20 +505,26 @@ TMA_POINTERS = {"Out": "*{dt}", "Lse": "*fp32", "CuSeqQ": "*i32", "CuSeqK": "*i3
 TMA_ELEM_TYPES = {"fp16": 6, "bf16": 10}
 
 
+def tma_q_rows(tile, block_m):
+    """Rows of q's descriptor box: the warp-specialized kernel loads its block's two halves."""
+    return block_m // 2 if tile == "prefill_ws" else block_m
+
+
 def tma_source(target, fields, dtype):
-    """attn_fwd_tma's compile source for one variant: (kernel, GluonASTSource, its TMA_TILES
-    entry). Each descriptor parameter is typed by its block and shared-memory layout (the NVMMA
-    layout Triton picks for the block), which fixes how Triton lays out its box."""
-    import attention_tma
+    """The compile source of one TMA variant: (kernel, GluonASTSource, its TMA_TILES entry). Each
+    descriptor parameter is typed by its block and shared-memory layout (the NVMMA layout Triton
+    picks for the block), which fixes how Triton lays out its box."""
+    import importlib
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    fn = attention_tma.attn_fwd_tma
+    module, kernel, _ = TMA_CLASSES[fields["tile"]]
+    fn = getattr(importlib.import_module(module), kernel)
     bd = fields["block_d"]
     bm, bn, warps, stages = TMA_TILES[(tile_family(target), fields["tile"])][bd]
     element = {"fp16": gl.float16, "bf16": gl.bfloat16}[dtype]
     sig, attrs = signature(fn, TMA_POINTERS, ["sm_scale"], dtype)
-    for arg, rows in (("q_desc", bm), ("k_desc", bn), ("v_desc", bn)):
+    for arg, rows in (("q_desc", tma_q_rows(fields["tile"], bm)), ("k_desc", bn), ("v_desc", bn)):
         layout = gl.NVMMASharedLayout.get_default_for([rows, bd], element)
         sig[arg] = f"tensordesc<{dtype}[{rows}, {bd}],{layout!r}>"
     constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "HEAD_D": bd, "STAGES": stages}
@@ -546,6 +571,8 @@ def compile_one(job):
     started = time.time()
     target_obj = gpu_target(target)
     options = {"num_warps": warps, "num_stages": stages}
+    if fields["tile"] == "prefill_ws":
+        options["maxnreg"] = WS_MAXNREG
     if occupancy:
         # The tile's occupancy hint: waves per EU on AMD, registers per thread (maxnreg) on NVIDIA.
         options["maxnreg" if kind == "cuda" else "waves_per_eu"] = occupancy
@@ -559,8 +586,10 @@ def compile_one(job):
     if any(scratch):
         raise RuntimeError(f"aot.py: {target}/{name} needs scratch memory {scratch}; the launcher passes none")
     if family == "fwd_tma":
-        check_tma_descriptors(f"{target}/{name}", md.tensordesc_meta, [bm, bn, bn], fields["dtype"])
-    threads = warps * target_obj.warp_size
+        check_tma_descriptors(f"{target}/{name}", md.tensordesc_meta, [tma_q_rows(fields["tile"], bm), bn, bn],
+                              fields["dtype"])
+    # The warp-specialized kernel's partitions add warps to num_warps.
+    threads = md.num_warps * target_obj.warp_size
     if kind == "cuda":
         binary, ext, vspill, sspill = kernel.asm["cubin"], "cubin", 0, 0
         facts = ptx_kernel_facts(kernel.asm["ptx"], md.name)

@@ -25,6 +25,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+from triton.language.core import _aggregate as aggregate
 
 LOG2E = gl.constexpr(1.4426950408889634)
 LN2 = gl.constexpr(0.6931471805599453)
@@ -88,14 +89,77 @@ def _load_tile(desc, ring, bars, tile, n_tiles, row0, col, BLOCK_N: gl.constexpr
                                     pred=has)
 
 
+@aggregate
+class SelfRefill:
+    """How `_step` hands its K/V buffers back when the program's own warps load them: once every
+    warp is done with them, TMA-load the tiles STAGES ahead into them."""
+    k_desc: tma.tensor_descriptor
+    v_desc: tma.tensor_descriptor
+    k_ring: gl.shared_memory_descriptor
+    v_ring: gl.shared_memory_descriptor
+    k_bars: gl.shared_memory_descriptor
+    v_bars: gl.shared_memory_descriptor
+    k_row0: gl.tensor
+    v_row0: gl.tensor
+    k_col: gl.tensor
+    v_col: gl.tensor
+    n_tiles: gl.tensor
+
+    @gluon.constexpr_function
+    def __init__(self, k_desc, v_desc, k_ring, v_ring, k_bars, v_bars, k_row0, v_row0, k_col, v_col, n_tiles):
+        self.k_desc = k_desc
+        self.v_desc = v_desc
+        self.k_ring = k_ring
+        self.v_ring = v_ring
+        self.k_bars = k_bars
+        self.v_bars = v_bars
+        self.k_row0 = k_row0
+        self.v_row0 = v_row0
+        self.k_col = k_col
+        self.v_col = v_col
+        self.n_tiles = n_tiles
+
+    @gluon.jit
+    def release(self, k_tile, v_tile):
+        """K tile `k_tile` and V tile `v_tile` are consumed."""
+        STAGES: gl.constexpr = self.k_ring.shape[0]
+        BLOCK_N: gl.constexpr = self.k_ring.shape[1]
+        gl.thread_barrier()
+        _load_tile(self.k_desc, self.k_ring, self.k_bars, k_tile + STAGES, self.n_tiles, self.k_row0, self.k_col,
+                   BLOCK_N, STAGES)
+        _load_tile(self.v_desc, self.v_ring, self.v_bars, v_tile + STAGES, self.n_tiles, self.v_row0, self.v_col,
+                   BLOCK_N, STAGES)
+
+
 @gluon.jit
-def _step(j, q_smem, k_ring, v_ring, k_bars, v_bars, k_desc, v_desc, k_row0, v_row0, k_col, v_col, n_tiles,
-          acc, p, alpha, m_i, l_i, qk_scale, start_m, k_len, diag, MASK: gl.constexpr,
-          s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
-          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+def _first_tile(q_smem, k_ring, k_bars, qk_scale, start_m, k_len, diag, n_full, s_layout: gl.constexpr,
+                p_layout: gl.constexpr):
+    """Tile 0: S_0 and its softmax (masked unless every row sees all of it), with Q and K_0 in
+    shared memory once their barriers complete. Returns P_0 (as the P V operand) and the softmax
+    state."""
+    BLOCK_M: gl.constexpr = q_smem.shape[0]
+    BLOCK_N: gl.constexpr = k_ring.shape[1]
+    m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.full([BLOCK_M], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
+    mbarrier.wait(k_bars.index(0), 0)
+    s_tok = warpgroup_mma(q_smem, k_ring.index(0).permute((1, 0)),
+                          gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(0, deps=[s_tok])
+    p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, start_m, 0, k_len, diag, n_full > 0, True, s_layout,
+                                  BLOCK_M, BLOCK_N)
+    return gl.convert_layout(p.to(q_smem.dtype), p_layout), m_i, l_i, alpha
+
+
+@gluon.jit
+def _step(j, q_smem, k_ring, v_ring, k_bars, v_bars, refill, acc, p, alpha, m_i, l_i, qk_scale, start_m, k_len,
+          diag, MASK: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
     """Key step j: `S_{j+1} = Q K_{j+1}^T` and `acc += P_j V_j` in flight together, then the
-    softmax of S_{j+1}. Entering, `acc` holds the sum through tile j - 1 at the max before tile j,
-    `p` holds P_j (at the max through tile j) and `alpha` the rescale acc still owes."""
+    softmax of S_{j+1}; `refill.release` hands K tile j + 1 and V tile j back. Entering, `acc`
+    holds the sum through tile j - 1 at the max before tile j, `p` holds P_j (at the max through
+    tile j) and `alpha` the rescale acc still owes."""
+    BLOCK_M: gl.constexpr = q_smem.shape[0]
+    STAGES: gl.constexpr = k_ring.shape[0]
+    BLOCK_N: gl.constexpr = k_ring.shape[1]
     jn = j + 1
     mbarrier.wait(k_bars.index(jn % STAGES), (jn // STAGES) & 1)
     s_tok = warpgroup_mma(q_smem, k_ring.index(jn % STAGES).permute((1, 0)),
@@ -110,11 +174,109 @@ def _step(j, q_smem, k_ring, v_ring, k_bars, v_bars, k_desc, v_desc, k_row0, v_r
     # P_j's registers are the running wgmma's operand: overwrite them only after it retires.
     acc, p = warpgroup_mma_wait(0, deps=[acc_tok, p])
     p = gl.convert_layout(p32.to(p.dtype), p_layout)
-    # Every warp is done with K tile j + 1 and V tile j: refill their buffers.
-    gl.thread_barrier()
-    _load_tile(k_desc, k_ring, k_bars, jn + STAGES, n_tiles, k_row0, k_col, BLOCK_N, STAGES)
-    _load_tile(v_desc, v_ring, v_bars, j + STAGES, n_tiles, v_row0, v_col, BLOCK_N, STAGES)
+    refill.release(jn, j)
     return acc, p, alpha, m_i, l_i
+
+
+@gluon.jit
+def _key_loop(q_smem, k_ring, v_ring, k_bars, v_bars, refill, acc, p, alpha, m_i, l_i, qk_scale, start_m, k_len,
+              diag, n_full, n_tiles, s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
+    """Steps 0 .. n_tiles - 2: those whose next tile every row sees whole, then the masked ones
+    (diagonal, ragged end)."""
+    for j in range(0, n_full - 1):
+        acc, p, alpha, m_i, l_i = _step(j, q_smem, k_ring, v_ring, k_bars, v_bars, refill, acc, p, alpha, m_i, l_i,
+                                        qk_scale, start_m, k_len, diag, False, s_layout, o_layout, p_layout)
+    for j in range(gl.maximum(n_full - 1, 0), n_tiles - 1):
+        acc, p, alpha, m_i, l_i = _step(j, q_smem, k_ring, v_ring, k_bars, v_bars, refill, acc, p, alpha, m_i, l_i,
+                                        qk_scale, start_m, k_len, diag, True, s_layout, o_layout, p_layout)
+    return acc, p, alpha, m_i, l_i
+
+
+@gluon.jit
+def _zero_tail(v_last, last, k_len):
+    """Zeroes the rows of V tile `last` past the sequence (they hold whatever follows it: a
+    masked row's P is 0, but 0 * NaN is not) and orders the stores before the wgmma reads."""
+    BLOCK_N: gl.constexpr = v_last.shape[0]
+    HEAD_D: gl.constexpr = v_last.shape[1]
+    rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // HEAD_D, HEAD_D // 8], [gl.num_warps(), 1],
+                                                 [1, 0])
+    tail = v_last.load(rows_layout)
+    key = last * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, rows_layout))
+    v_last.store(gl.where((key < k_len)[:, None], tail, gl.zeros_like(tail)))
+    fence_async_shared()
+    gl.thread_barrier()
+
+
+@gluon.jit
+def _last_pv(v_last, acc, p, alpha, o_layout: gl.constexpr):
+    """The last tile's `acc += P V`, after the rescale acc owes."""
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    acc_tok = warpgroup_mma(p, v_last, acc, is_async=True)
+    acc, p = warpgroup_mma_wait(0, deps=[acc_tok, p])
+    return acc
+
+
+@gluon.jit
+def _store_block(acc, m_i, l_i, qk_scale, buf, Out, Lse, b, head, q_start, q_len, start_m, is_varlen, seqlen_q,
+                 stride_lb, stride_lh, num_heads, s_layout: gl.constexpr, o_layout: gl.constexpr):
+    """LSE (natural log) and O = acc / l of the block's rows; rows that saw no key: O = 0, LSE =
+    -inf. O goes through `buf` (shared memory of the block's shape that no wgmma reads any more),
+    to store 16-byte rows."""
+    BLOCK_M: gl.constexpr = buf.shape[0]
+    HEAD_D: gl.constexpr = buf.shape[1]
+    empty = l_i == 0.0
+    lse = gl.where(empty, -float("inf"), (m_i * qk_scale + gl.log2(gl.where(empty, 1.0, l_i))) * LN2)
+    pos = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    lse_at = Lse + b.to(gl.int64) * stride_lb + head.to(gl.int64) * stride_lh + q_start + pos
+    gl.store(lse_at, lse, mask=pos < q_len)
+    inv_l = gl.convert_layout(1.0 / gl.where(empty, 1.0, l_i), gl.SliceLayout(1, o_layout))
+    out = (acc * inv_l[:, None]).to(buf.dtype)
+    gl.thread_barrier()
+    buf.store(out)
+    gl.thread_barrier()
+    rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // HEAD_D, HEAD_D // 8], [gl.num_warps(), 1],
+                                                 [1, 0])
+    out = buf.load(rows_layout)
+    row = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, rows_layout))
+    col = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, rows_layout))
+    out_row = (b * seqlen_q * (1 - is_varlen) + q_start + row).to(gl.int64)
+    at = Out + (out_row * num_heads + head)[:, None] * HEAD_D + col[None, :]
+    gl.store(at, out, mask=(row < q_len)[:, None])
+
+
+@gluon.jit
+def _block(CuSeqQ, CuSeqK, Fault, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads,
+           num_heads_k, BLOCK_M: gl.constexpr):
+    """The program's query block: its sequence `b`, head (and k/v head), bounds (reporting faults
+    once per sequence) and first row `start_m`."""
+    # Masked blocks are the light ones: the heaviest query blocks start first.
+    pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
+    pid_bh = gl.program_id(1)
+    b = pid_bh // num_heads
+    head = pid_bh % num_heads
+    head_k = head // (num_heads // num_heads_k)
+    q_start, q_len, k_start, k_len, fault = _bounds(CuSeqQ, CuSeqK, b, is_varlen, seqlen_q, seqlen_k, total_rows,
+                                                    kv_rows, kv_len_cap)
+    if (fault != 0) & (pid_m == 0) & (head == 0):
+        gl.atomic_or(Fault, fault, sem="relaxed", scope="sys")
+    return b, head, head_k, q_start, q_len, k_start, k_len, pid_m * BLOCK_M
+
+
+@gluon.jit
+def _keys(start, q_len, k_len, window_right, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+    """For `ROWS` query rows from `start`: the diagonal offset (key j is visible to row i iff j <
+    k_len and j <= i + diag), `hi`, the keys some row sees, and the key tiles every row sees
+    whole."""
+    if window_right >= 0:
+        diag = k_len - q_len + window_right
+        hi = gl.minimum(k_len, start + ROWS + diag)
+        n_full = gl.minimum(gl.maximum(start + diag + 1, 0) // BLOCK_N, k_len // BLOCK_N)
+    else:
+        # No diagonal: every key before k_len is at most i + k_len.
+        diag = k_len
+        hi = k_len
+        n_full = k_len // BLOCK_N
+    return diag, hi, n_full
 
 
 @gluon.jit
@@ -141,37 +303,18 @@ def attn_fwd_tma(
                                                        instr_shape=[16, HEAD_D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
 
-    # Masked blocks are the light ones: the heaviest query blocks start first.
-    pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
-    pid_bh = gl.program_id(1)
-    b = pid_bh // num_heads
-    head = pid_bh % num_heads
-    head_k = head // (num_heads // num_heads_k)
-
-    q_start, q_len, k_start, k_len, fault = _bounds(CuSeqQ, CuSeqK, b, is_varlen, seqlen_q, seqlen_k, total_rows,
-                                                    kv_rows, kv_len_cap)
-    if (fault != 0) & (pid_m == 0) & (head == 0):
-        gl.atomic_or(Fault, fault, sem="relaxed", scope="sys")
-    start_m = pid_m * BLOCK_M
+    b, head, head_k, q_start, q_len, k_start, k_len, start_m = _block(
+        CuSeqQ, CuSeqK, Fault, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads,
+        num_heads_k, BLOCK_M)
     if start_m >= q_len:
         return
-
     q_row0 = q_start + b * q_batch_rows + start_m
     k_row0 = k_start + b * k_batch_rows
     v_row0 = k_start + b * v_batch_rows
     k_col = head_k * stride_kh
     v_col = head_k * stride_vh
     qk_scale = sm_scale * LOG2E
-    if window_right >= 0:
-        diag = k_len - q_len + window_right
-        # Keys some row of the block sees, and whole tiles every row sees.
-        hi = gl.minimum(k_len, start_m + BLOCK_M + diag)
-        n_full = gl.minimum(gl.maximum(start_m + diag + 1, 0) // BLOCK_N, k_len // BLOCK_N)
-    else:
-        # No diagonal: every key before k_len is at most i + k_len.
-        diag = k_len
-        hi = k_len
-        n_full = k_len // BLOCK_N
+    diag, hi, n_full = _keys(start_m, q_len, k_len, window_right, BLOCK_M, BLOCK_N)
     # At least one tile, masked, when the block sees no key: its rows get output 0 and LSE -inf.
     n_tiles = gl.maximum((hi + BLOCK_N - 1) // BLOCK_N, 1)
 
@@ -193,68 +336,30 @@ def attn_fwd_tma(
         _load_tile(k_desc, k_ring, k_bars, i, n_tiles, k_row0, k_col, BLOCK_N, STAGES)
         _load_tile(v_desc, v_ring, v_bars, i, n_tiles, v_row0, v_col, BLOCK_N, STAGES)
 
-    # Tile 0: S_0 and its softmax (masked unless every row sees all of it).
-    m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
-    l_i = gl.full([BLOCK_M], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
     mbarrier.wait(q_bar, 0)
-    mbarrier.wait(k_bars.index(0), 0)
-    s_tok = warpgroup_mma(q_smem, k_ring.index(0).permute((1, 0)),
-                          gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
-    s = warpgroup_mma_wait(0, deps=[s_tok])
-    p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, start_m, 0, k_len, diag, n_full > 0, True, s_layout,
-                                  BLOCK_M, BLOCK_N)
-    p = gl.convert_layout(p.to(dtype), p_layout)
+    p, m_i, l_i, alpha = _first_tile(q_smem, k_ring, k_bars, qk_scale, start_m, k_len, diag, n_full, s_layout,
+                                     p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_D], gl.float32, o_layout)
     gl.thread_barrier()
     _load_tile(k_desc, k_ring, k_bars, STAGES, n_tiles, k_row0, k_col, BLOCK_N, STAGES)
 
-    # Steps whose next tile every row sees whole, then the masked ones (diagonal, ragged end).
-    for j in range(0, n_full - 1):
-        acc, p, alpha, m_i, l_i = _step(j, q_smem, k_ring, v_ring, k_bars, v_bars, k_desc, v_desc, k_row0, v_row0,
-                                        k_col, v_col, n_tiles, acc, p, alpha, m_i, l_i, qk_scale, start_m, k_len,
-                                        diag, False, s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES)
-    for j in range(gl.maximum(n_full - 1, 0), n_tiles - 1):
-        acc, p, alpha, m_i, l_i = _step(j, q_smem, k_ring, v_ring, k_bars, v_bars, k_desc, v_desc, k_row0, v_row0,
-                                        k_col, v_col, n_tiles, acc, p, alpha, m_i, l_i, qk_scale, start_m, k_len,
-                                        diag, True, s_layout, o_layout, p_layout, BLOCK_M, BLOCK_N, STAGES)
+    refill = SelfRefill(k_desc, v_desc, k_ring, v_ring, k_bars, v_bars, k_row0, v_row0, k_col, v_col, n_tiles)
+    acc, p, alpha, m_i, l_i = _key_loop(q_smem, k_ring, v_ring, k_bars, v_bars, refill, acc, p, alpha, m_i, l_i,
+                                        qk_scale, start_m, k_len, diag, n_full, n_tiles, s_layout, o_layout,
+                                        p_layout)
 
     # The last tile's P V. Its rows past the sequence hold whatever follows it: zero them.
     last = n_tiles - 1
     v_last = v_ring.index(last % STAGES)
     mbarrier.wait(v_bars.index(last % STAGES), (last // STAGES) & 1)
     if n_tiles * BLOCK_N > k_len:
-        rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // HEAD_D, HEAD_D // 8], [num_warps, 1], [1, 0])
-        tail = v_last.load(rows_layout)
-        key = last * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, rows_layout))
-        v_last.store(gl.where((key < k_len)[:, None], tail, gl.zeros_like(tail)))
-        fence_async_shared()
-        gl.thread_barrier()
-    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-    acc_tok = warpgroup_mma(p, v_last, acc, is_async=True)
-    acc, p = warpgroup_mma_wait(0, deps=[acc_tok, p])
+        _zero_tail(v_last, last, k_len)
+    acc = _last_pv(v_last, acc, p, alpha, o_layout)
 
     mbarrier.invalidate(q_bar)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(k_bars.index(i))
         mbarrier.invalidate(v_bars.index(i))
-
-    # LSE (natural log) and O = acc / l; rows that saw no key: O = 0, LSE = -inf.
-    empty = l_i == 0.0
-    lse = gl.where(empty, -float("inf"), (m_i * qk_scale + gl.log2(gl.where(empty, 1.0, l_i))) * LN2)
-    pos = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-    lse_at = Lse + b.to(gl.int64) * stride_lb + head.to(gl.int64) * stride_lh + q_start + pos
-    gl.store(lse_at, lse, mask=pos < q_len)
-    inv_l = gl.convert_layout(1.0 / gl.where(empty, 1.0, l_i), gl.SliceLayout(1, o_layout))
-    out = (acc * inv_l[:, None]).to(dtype)
-    # Through Q's buffer (the last wgmma that read it has retired), to store 16-byte rows.
-    gl.thread_barrier()
-    q_smem.store(out)
-    gl.thread_barrier()
-    o_layout_rows: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // HEAD_D, HEAD_D // 8], [num_warps, 1],
-                                                   [1, 0])
-    out = q_smem.load(o_layout_rows)
-    row = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, o_layout_rows))
-    col = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, o_layout_rows))
-    out_row = (b * seqlen_q * (1 - is_varlen) + q_start + row).to(gl.int64)
-    at = Out + (out_row * num_heads + head)[:, None] * HEAD_D + col[None, :]
-    gl.store(at, out, mask=(row < q_len)[:, None])
+    # Through Q's buffer: the last wgmma that read it has retired.
+    _store_block(acc, m_i, l_i, qk_scale, q_smem, Out, Lse, b, head, q_start, q_len, start_m, is_varlen, seqlen_q,
+                 stride_lb, stride_lh, num_heads, s_layout, o_layout)

@@ -1,7 +1,7 @@
 """The GPU benchmark of the Triton path beside PyTorch, in one run, shape by shape.
 
     python3 scripts/bench_gpu.py BENCH_BINARY [--quick] [--prefill-only | --decode-only | --extras-only] [--baseline OLD_BINARY]
-                                 [--rounds N] [--dims 64,128,256]
+                                 [--rounds N] [--dims 64,128,256] [--no-varlen]
 
 BENCH_BINARY is the `bench_gpu` example (built with `--features cuda-verify` for NVIDIA or
 `rocm` for AMD). Prefill: f16/bf16, d = 64, 128, 256 with h*d = 2048 (32, 16, 8 heads),
@@ -11,7 +11,7 @@ the row (cuDNN, flash or memory-efficient); varlen batches of mixed prompt lengt
 nested (jagged) tensors. `--rounds N` times each prefill row N times, ours, the baseline and
 SDPA in turn, and reports each one's median (an H200's clock under load drifts by several
 percent between runs of a few seconds). `--dims` picks the dense prefill rows' head dims (varlen
-runs with d = 128 only). `--baseline OLD_BINARY`
+runs with d = 128 only; `--no-varlen` leaves it out). `--baseline OLD_BINARY`
 adds the prefill TFLOP/s and the decode times of another build (old beside new in the same run). Decode: b = 1..64, 32 query / 8 k/v heads, d=128, s_k = 1k..128k, beside PyTorch's
 fastest backend for it (cuDNN, memory-efficient or flash, enable_gqa), and the K/V bytes read
 per second as a fraction of the GPU's device-to-device copy bandwidth (read + write); paged
@@ -128,7 +128,8 @@ def prefill(binary, baseline, quick):
                 row = f"| | {dtype_name} | {d} | {b} x {s} x {h} | {causal} |"
                 print(prefill_row(binary, baseline, args, row, flops, lambda: torch_prefill(q, k, v, causal)))
                 del q, k, v
-    varlen(binary, baseline, quick)
+    if "--no-varlen" not in sys.argv:
+        varlen(binary, baseline, quick)
 
 
 def prefill_row(binary, baseline, args, head, flops, torch_times):

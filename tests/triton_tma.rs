@@ -17,6 +17,7 @@ const H100_SMS: usize = 132;
 fn sm90_image(family: Family, tile: Tile, block_d: u32, paged: bool, extras: bool) -> KernelImage {
     let (block_m, block_n, threads) = match (family, tile) {
         (Family::FwdTma, Tile::PrefillShort) => (64, 32, 128),
+        (Family::FwdTma, Tile::PrefillWs) => (128, if block_d == 256 { 64 } else { 128 }, 384),
         (Family::FwdTma, _) if block_d == 256 => (128, 64, 256),
         (Family::FwdTma, _) => (64, 64, 128),
         (_, Tile::Decode) => (16, 128, 128),
@@ -46,7 +47,8 @@ fn sm90_image(family: Family, tile: Tile, block_d: u32, paged: bool, extras: boo
 
 /// sm_90's f16 kernels at exact head dims 64, 96 (as 128's padded tile would: here an exact
 /// 96 image that has no TMA twin), 128 and 256, with TMA images at 64, 128 and 256 (128 rows at
-/// 256, as kernels/aot.py builds them) and of the short class at 128 and 256.
+/// 256, as kernels/aot.py builds them) and of the short and warp-specialized classes at 128 and
+/// 256.
 fn sm90_images() -> &'static [KernelImage] {
     let mut all = Vec::new();
     for block_d in [64, 96, 128, 256] {
@@ -60,6 +62,7 @@ fn sm90_images() -> &'static [KernelImage] {
         }
         if block_d >= 128 {
             all.push(sm90_image(Family::FwdTma, Tile::PrefillShort, block_d, false, false));
+            all.push(sm90_image(Family::FwdTma, Tile::PrefillWs, block_d, false, false));
         }
     }
     Box::leak(all.into_boxed_slice())
@@ -74,19 +77,20 @@ fn request(window: (Option<usize>, Option<usize>), softcap: Option<f32>) -> Requ
 }
 
 /// Random batch calls, each with whether the TMA kernel serves it (the rule restated: a plain
-/// call, no left window, >= 64 queries, at most 2048 or 4096 keys at head dims 64 and 128 (by
-/// diagonal), any number at 256, heads inside a row) and which class (short: at most 256 keys at
-/// d = 128, 1024 at d = 256 with a diagonal): the plan launches it exactly when it serves and its
-/// grid, one program per query block of each sequence and query head, fills the device (it does
-/// not split the keys); unsplit.
+/// call, no left window, >= 64 queries, heads inside a row; at d = 64 at most 2048 or 4096 keys
+/// (by diagonal), any number at 128 and 256) and which class (short: at most 256 keys at d =
+/// 128, 1024 at d = 256 with a diagonal; warp-specialized: from 512 keys without a diagonal, from
+/// 2048 with one at d = 128 and past the short class at d = 256; else the prefill class): the
+/// plan launches it exactly when it serves and its grid, one program per query block of each
+/// sequence and query head, fills the device (it does not split the keys); unsplit.
 #[test]
 fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
     let mut rng = common::rng("prompts_take_the_tma_kernel_exactly_when_it_serves_them");
-    let (mut taken, mut small, mut shorts) = (0, 0, 0);
+    let (mut taken, mut small, mut shorts, mut specialized) = (0, 0, 0, 0);
     for _ in 0..1000 {
         let b = rng.gen_range(1..5);
         let s_q = [1, 16, 63, 64, 100, 300, 1100][rng.gen_range(0..7)];
-        let s_k = [1, 64, 256, 257, 500, 1024, 1025, 2048, 2049, 4096, 4097, 9000][rng.gen_range(0..12)];
+        let s_k = [1, 64, 256, 257, 511, 512, 1023, 1024, 1025, 2048, 2049, 4096, 4097, 9000][rng.gen_range(0..14)];
         let d = [64, 96, 128, 256][rng.gen_range(0..4)];
         let h_k = rng.gen_range(1..4);
         let h = h_k * rng.gen_range(1..4);
@@ -114,21 +118,32 @@ fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
             256 => diagonal && s_k <= 1024,
             _ => false,
         };
+        let ws = match (d, diagonal) {
+            (128 | 256, false) => s_k >= 512,
+            (128, true) => s_k >= 2048,
+            (256, true) => s_k >= 1025,
+            _ => false,
+        };
         // A left window wider than the keys is no window.
         let left_bounds = left && 30 < s_k;
         let serves = (d == 64 || d == 128 || d == 256)
             && softcap.is_none()
             && !left_bounds
             && s_q >= 64
-            && s_k <= max_keys
+            && (s_k <= max_keys || ws)
             && (!heads_across_rows || h == 1 || s_q == 1);
         let kernels = select(&call, "sm_90", H100, sm90_images()).unwrap();
         assert_eq!(kernels.tma.is_some(), serves, "b {b} s_q {s_q} s_k {s_k} d {d} h {h}/{h_k} {window:?} {softcap:?} {heads_across_rows}");
         if let Some(tma) = kernels.tma {
-            assert_eq!(tma.tile, if short { Tile::PrefillShort } else { Tile::Prefill }, "s_k {s_k} d {d} {window:?}");
+            let class = match (short, ws) {
+                (true, _) => Tile::PrefillShort,
+                (false, true) => Tile::PrefillWs,
+                (false, false) => Tile::Prefill,
+            };
+            assert_eq!(tma.tile, class, "s_k {s_k} d {d} {window:?}");
         }
-        let block_m = match (d, short) {
-            (256, false) => 128,
+        let block_m = match (d, short, ws) {
+            (_, false, true) | (256, false, _) => 128,
             _ => 64,
         };
         // Devices of 16 to 132 SMs.
@@ -144,8 +159,12 @@ fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
         }
         small += (serves && !fills) as usize;
         shorts += (serves && short) as usize;
+        specialized += (serves && ws) as usize;
     }
-    assert!(taken > 20 && small > 5 && shorts > 20, "{taken} calls took the TMA kernel, {small} served ones had small grids, {shorts} its short class");
+    assert!(
+        taken > 20 && small > 5 && shorts > 20 && specialized > 20,
+        "{taken} calls took the TMA kernel, {small} served ones had small grids, {shorts} its short class, {specialized} its warp-specialized one"
+    );
 }
 
 /// Element (b, s, h, e) of a tensor read through its view: view row `b * batch_rows + s`, column
@@ -197,6 +216,11 @@ fn tma_views_address_every_element_as_the_layouts_do() {
         check_view(&views[1], &args.k, BUFFERS.k, &k, args.k_batch_rows, args.stride_kh, None);
         check_view(&views[2], &args.v, BUFFERS.v, &v, args.v_batch_rows, args.stride_vh, None);
         assert_eq!([views[0].box_rows, views[1].box_rows, views[0].box_cols], [64, 64, 64]);
+        // The warp-specialized class: 128-row blocks, q read in 64-row halves, 128-key tiles.
+        let ws = sm90_images().iter().find(|i| i.tile == Tile::PrefillWs && i.block_d == 128).unwrap();
+        let ws_views = tma::views(&call, &fwd, ws);
+        assert_eq!([ws_views[0].box_rows, ws_views[1].box_rows, ws_views[2].box_rows], [64, 128, 128]);
+        assert_eq!(ws_views.map(|v| (v.base, v.rows, v.cols)), views.map(|v| (v.base, v.rows, v.cols)));
         assert_eq!((args.window_right, args.is_varlen, args.seqlen_q, args.seqlen_k), (0, 0, s_q as i32, s_k as i32));
         assert_eq!((args.out, args.lse, args.fault, args.num_heads, args.num_heads_k), (fwd.out, fwd.lse, fwd.fault, h as i32, h_k as i32));
     }

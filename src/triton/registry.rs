@@ -8,7 +8,8 @@ pub enum Family {
     Fwd,
     /// `attn_merge`: combines the key splits.
     Merge,
-    /// `attn_fwd_tma` (kernels/attention_tma.py, sm_90): the attention of plain unsplit calls,
+    /// `attn_fwd_tma` (kernels/attention_tma.py) or, of class [`Tile::PrefillWs`],
+    /// `attn_fwd_tma_ws` (kernels/attention_ws.py), sm_90: the attention of plain unsplit calls,
     /// reading q, k and v through TMA descriptors ([`super::tma`]).
     FwdTma,
 }
@@ -28,6 +29,10 @@ pub enum Tile {
     /// grids of many decode programs ([`crate::triton::Plan`] takes it); plain flat calls only, on
     /// the targets that build it (sm_90).
     DecodeBatch,
+    /// The warp-specialized TMA kernel (`attn_fwd_tma_ws`, [`Family::FwdTma`] only): 128-row
+    /// query blocks split between two consumer warpgroups that share the K/V tiles a loader warp
+    /// brings in; for prompts of many key tiles ([`super::tma::ws_keys`]).
+    PrefillWs,
     /// `attn_merge` images.
     Merge,
 }

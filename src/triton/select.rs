@@ -197,8 +197,8 @@ struct Wanted {
     short: bool,
     /// A call the TMA kernel serves (where built for its dtype and exact head dim).
     tma: bool,
-    /// Few enough keys for the TMA kernel's short class ([`super::tma::short_keys`]).
-    tma_short: bool,
+    /// The TMA classes that serve the call's keys, fastest first ([`super::tma::classes`]).
+    tma_classes: &'static [Tile],
 }
 
 impl Wanted {
@@ -224,7 +224,7 @@ impl Wanted {
                 && rows <= SHORT_PREFILL_LEN
                 && call.max_seqlen_k <= SHORT_PREFILL_LEN,
             tma: super::tma::serves(call),
-            tma_short: call.max_seqlen_k <= super::tma::short_keys(call.head_dim, call.window.right >= 0),
+            tma_classes: super::tma::classes(call.head_dim, call.window.right >= 0, call.max_seqlen_k),
         })
     }
 
@@ -257,7 +257,7 @@ impl Wanted {
     }
 
     /// The TMA image of `target` for the call's dtype and exact head dim, if built and usable: of
-    /// the short class for few keys where built, else of the prefill class.
+    /// the first of the call's classes built.
     fn tma_image(&self, target: &str, images: &'static [KernelImage], usable: &dyn Fn(&KernelImage) -> bool) -> Option<&'static KernelImage> {
         let of_tile = |tile: Tile| {
             images.iter().find(|img| {
@@ -269,7 +269,7 @@ impl Wanted {
                     && usable(img)
             })
         };
-        self.tma_short.then(|| of_tile(Tile::PrefillShort)).flatten().or_else(|| of_tile(Tile::Prefill))
+        self.tma_classes.iter().find_map(|&tile| of_tile(tile))
     }
 
     /// The kernels of `target` for the call with the `attn_fwd` tile `tile`, among the images

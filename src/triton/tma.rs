@@ -5,7 +5,7 @@
 
 use super::args::{FwdArgs, TensorDescArg, TmaFwdArgs};
 use super::marshal::ELEM;
-use super::registry::{KernelDtype, KernelImage};
+use super::registry::{KernelDtype, KernelImage, Tile};
 use super::select::needs_extras;
 use crate::params::{AttnCall, Mode, TensorView};
 use candle::Result;
@@ -33,6 +33,47 @@ pub fn short_keys(head_dim: usize, diagonal: bool) -> usize {
         (256, true) => 1024,
         (256, false) => 0,
         _ => 256,
+    }
+}
+
+/// Keys from which a call of head dim `head_dim` takes the warp-specialized class
+/// (kernels/attention_ws.py, 128-row blocks, each K/V tile loaded once for two consumer
+/// warpgroups), where built: prompts of many key tiles per block, where it beat the prefill class
+/// on an H200 (`bench_gpu`, TFLOP/s, median of two turns, f16 / bf16, against the prefill class;
+/// docs/bench-gpu-h200.md): d = 128 32 x 512 non-causal 400 / 402 against 370 / 400, causal 8 x
+/// 2048 444 / 472 against 405 / 454 (16 x 1024 causal 341 / 353 against 358 / 377: slower), 1 x
+/// 16384 605 / 631 against 499 / 507 (where the `tl` kernels ran before); d = 256 32 x 512 465 /
+/// 482 against 439 / 439 (64 x 256: level). Not at d = 64 (slower up to 2048 keys in JIT runs).
+pub fn ws_keys(head_dim: usize, diagonal: bool) -> usize {
+    match (head_dim, diagonal) {
+        (128 | 256, false) => 512,
+        (128, true) => 2048,
+        // Where its short class stops.
+        (256, true) => short_keys(256, true) + 1,
+        _ => usize::MAX,
+    }
+}
+
+/// The TMA classes that serve a call of head dim `head_dim` with `keys` keys, with or without a
+/// diagonal, fastest first ([`super::select`] takes the first one built): the short class for
+/// few keys, the warp-specialized one for many, the prefill class up to [`max_keys`].
+pub fn classes(head_dim: usize, diagonal: bool, keys: usize) -> &'static [Tile] {
+    let prefill = keys <= max_keys(head_dim, diagonal);
+    match (keys <= short_keys(head_dim, diagonal), keys >= ws_keys(head_dim, diagonal), prefill) {
+        (true, _, _) => &[Tile::PrefillShort, Tile::Prefill],
+        (false, true, true) => &[Tile::PrefillWs, Tile::Prefill],
+        (false, true, false) => &[Tile::PrefillWs],
+        (false, false, true) => &[Tile::Prefill],
+        (false, false, false) => &[],
+    }
+}
+
+/// Rows of q's descriptor boxes for `image`: its query block, or the half of it each consumer
+/// of the warp-specialized class loads (kernels/aot.py's tma_q_rows).
+pub fn q_box_rows(image: &KernelImage) -> u32 {
+    match image.tile {
+        Tile::PrefillWs => image.block_m / 2,
+        _ => image.block_m,
     }
 }
 
@@ -105,11 +146,10 @@ pub struct TiledView {
 
 /// Whether the TMA kernel serves `call` (given an image of its dtype and head dim): plain
 /// (no ALiBi, softcap, mm_prefix ranges, paging; a scale the kernel folds), no left window, at
-/// least [`TMA_MIN_QUERIES`] queries and at most [`max_keys`] keys, q/k/v whose rows each view as
+/// least [`TMA_MIN_QUERIES`] queries, keys some class takes ([`classes`]), q/k/v whose rows each view as
 /// one 2-D matrix (a batch stride that is a whole number of rows, heads inside a row), and a grid
 /// CUDA can launch.
 pub fn serves(call: &AttnCall) -> bool {
-    let max_keys = max_keys(call.head_dim, call.window.right >= 0);
     let no_left_window = call.window.left < 0 || call.window.left as usize >= call.max_seqlen_k;
     let rows_view = |view: &TensorView, heads: usize| {
         let whole_rows = call.mode == Mode::VarLen || call.batch <= 1 || view.batch_stride % view.row_stride.max(1) == 0;
@@ -119,7 +159,7 @@ pub fn serves(call: &AttnCall) -> bool {
         && !needs_extras(call)
         && no_left_window
         && call.max_seqlen_q >= TMA_MIN_QUERIES
-        && call.max_seqlen_k <= max_keys
+        && !classes(call.head_dim, call.window.right >= 0, call.max_seqlen_k).is_empty()
         && call.batch * call.num_heads <= MAX_GRID_Y
         && rows_view(&call.q, call.num_heads)
         && rows_view(&call.k, call.num_heads_k)
@@ -150,7 +190,7 @@ pub fn views(call: &AttnCall, fwd: &FwdArgs, image: &KernelImage) -> [TiledView;
     };
     let kv_rows = fwd.kv_rows as usize;
     [
-        view(fwd.q, &call.q, call.num_heads, call.max_seqlen_q, call.total_q, image.block_m),
+        view(fwd.q, &call.q, call.num_heads, call.max_seqlen_q, call.total_q, q_box_rows(image)),
         view(fwd.k, &call.k, call.num_heads_k, call.max_seqlen_k, kv_rows, image.block_n),
         view(fwd.v, &call.v, call.num_heads_k, call.max_seqlen_k, kv_rows, image.block_n),
     ]

@@ -324,8 +324,9 @@ fn has_tma(target: &str, d: usize, tile: Tile) -> bool {
         .any(|k| k.target == target && k.family == fa::triton::Family::FwdTma && k.tile == tile && k.block_d as usize == d)
 }
 
-/// Prompts the TMA kernel serves where built (sm_90, d = 64, 128 and 256; its short class at 128
-/// and 256, d = 256's 128-row tile): GQA and MHA, causal with fewer keys than queries (rows that
+/// Prompts the TMA kernel serves where built (sm_90, d = 64, 128 and 256; its short and
+/// warp-specialized classes at 128 and 256, d = 256's 128-row tile; blocks whose second half is
+/// past the queries): GQA and MHA, causal with fewer keys than queries (rows that
 /// see no key), a right window, lengths off its tiles,
 /// k and v narrowed from caches whose unused rows hold NaN (rows its tiles read past a sequence);
 /// and prompts it leaves to the other kernels (left window, heads strided across rows, more keys
@@ -350,6 +351,11 @@ pub fn tma_prompts_match_cpu() {
         (2, 200, 300, 4, 2, 256, CAUSAL, false, true),
         (2, 150, 300, 4, 2, 256, NONE, false, true),
         (1, 130, 2100, 4, 2, 256, CAUSAL, false, true),
+        (2, 300, 517, 4, 2, 128, NONE, false, true),
+        (1, 2200, 2200, 4, 1, 128, CAUSAL, false, true),
+        (1, 130, 2100, 4, 2, 128, CAUSAL, false, true),
+        (1, 300, 2100, 4, 2, 128, (None, Some(5)), false, true),
+        (2, 150, 600, 2, 2, 256, NONE, false, true),
         (2, 130, 130, 4, 2, 128, (Some(20), Some(0)), false, false),
         (2, 130, 130, 4, 2, 96, CAUSAL, false, false),
     ];
@@ -382,23 +388,40 @@ pub fn tma_prompts_match_cpu() {
         };
         let short_built = has_tma(&chosen.target, d, Tile::PrefillShort);
         assert_eq!(chosen.variant.starts_with("fwd_tma_short_"), tma && short && short_built, "{c:?} ran {}", chosen.variant);
+        // The warp-specialized class: from 512 keys (2048 causal at d = 128), past the short class.
+        let ws = match (d, window == NONE) {
+            (128 | 256, true) => s_k >= 512,
+            (128, false) => s_k >= 2048,
+            (256, false) => !short,
+            _ => false,
+        };
+        let ws_built = has_tma(&chosen.target, d, Tile::PrefillWs);
+        assert_eq!(chosen.variant.starts_with("fwd_tma_ws_"), tma && ws && ws_built, "{c:?} ran {}", chosen.variant);
         check_lse_variant(&format!("{c:?}"), &cpu, &[&x.q, &x.k, &x.v], &exp, false, |a| {
             with_lse(calls::batch_op(f).forward_with_lse(&a[0], &a[1], &a[2]))
         });
     }
-    // 7 sequences of up to 200 queries, 6 heads: 168 programs, enough for an H100 or H200.
-    let lens = [(150, 150), (1, 1), (77, 120), (0, 9), (130, 130), (64, 0), (200, 129)];
-    for (n, (d, window)) in [(128, CAUSAL), (64, NONE)].into_iter().enumerate() {
-        let r = ragged(&mut rng, &lens, (6, 2, d), DTYPES[n]);
+    // 7 sequences of up to 200 queries, 6 heads: 168 programs, enough for an H100 or H200; then
+    // up to 600 queries and 700 keys (the warp-specialized class at d = 128: 210 programs).
+    let short_lens = [(150, 150), (1, 1), (77, 120), (0, 9), (130, 130), (64, 0), (200, 129)];
+    let long_lens = [(600, 600), (1, 1), (77, 520), (0, 9), (130, 700), (64, 0), (300, 129)];
+    for (n, (d, window, lens, block_m)) in [(128, CAUSAL, short_lens, 64), (64, NONE, short_lens, 64), (128, NONE, long_lens, 128)]
+        .into_iter()
+        .enumerate()
+    {
+        let (max_q, max_k) = (lens.iter().map(|l| l.0).max().unwrap(), lens.iter().map(|l| l.1).max().unwrap());
+        let r = ragged(&mut rng, &lens, (6, 2, d), DTYPES[n % 2]);
         let fv = Features { scale: 0.3 / (d as f32).sqrt(), window, alibi: None, softcap: None };
-        let exp = expected(&r.seqs(), &vec![fv.ref_opts(200); lens.len()], (6, 2, d), DTYPES[n], LseLayout::VarLen);
+        let exp = expected(&r.seqs(), &vec![fv.ref_opts(max_k); lens.len()], (6, 2, d), DTYPES[n % 2], LseLayout::VarLen);
         let (sq, sk) = r.seqlens();
-        let s = calls::Seqlens { q: &sq, k: &sk, max_q: 200, max_k: 200 };
+        let s = calls::Seqlens { q: &sq, k: &sk, max_q, max_k };
         let chosen = fa::explain(|| fa::triton::offload::run_on_gpu(driver, || calls::varlen(&r.q, &r.k, &r.v, &s, fv))).unwrap();
-        let fills = 200usize.div_ceil(64) * lens.len() * 6 >= units;
-        assert_eq!(chosen.variant.starts_with("fwd_tma_"), has_tma(&chosen.target, d, Tile::Prefill) && fills, "varlen ran {}", chosen.variant);
-        check_lse_variant(&format!("varlen d = {d} {window:?}"), &cpu, &[&r.q, &r.k, &r.v, &sq, &sk], &exp, false, |a| {
-            let s = calls::Seqlens { q: &a[3], k: &a[4], max_q: 200, max_k: 200 };
+        let class = if block_m == 128 { Tile::PrefillWs } else { Tile::Prefill };
+        let fills = max_q.div_ceil(block_m) * lens.len() * 6 >= units;
+        assert_eq!(chosen.variant.starts_with("fwd_tma_"), has_tma(&chosen.target, d, class) && fills, "varlen ran {}", chosen.variant);
+        assert_eq!(chosen.variant.starts_with("fwd_tma_ws_"), class == Tile::PrefillWs && has_tma(&chosen.target, d, class));
+        check_lse_variant(&format!("varlen d = {d} {window:?} up to {max_k} keys"), &cpu, &[&r.q, &r.k, &r.v, &sq, &sk], &exp, false, |a| {
+            let s = calls::Seqlens { q: &a[3], k: &a[4], max_q, max_k };
             with_lse(calls::varlen_with_lse(&a[0], &a[1], &a[2], &s, fv))
         });
     }

@@ -249,7 +249,7 @@ TILES = {
 # WS_MAXNREG for its 12 warps. Measured on an H200 (JIT, the same setup; f16, TFLOP/s, against
 # attn_fwd_tma's tile of the prefill class, non-causal / causal): d = 128 128x128 x 2 stages at
 # 32 x 512 378 / 227 against 350 / 257, 16 x 1024 462 / 330 against 404 / 324, 1 x 16384 585 /
-# 569 against 480 / 481 (3 stages and 128x64 slower from 1024 keys); d = 256 128x64 at 64 x 256
+# 569 against 480 / 481 (3 stages or 128x64 slower on all rows but one); d = 256 128x64 at 64 x 256
 # 322 / 187 against 326 / 191, 32 x 512 451 / 290 against 400 / 267, 1 x 16384 647 / 638 against
 # 554 / 547 (128x32 slower everywhere); d = 64 128x128 below 64x64 up to 2048 keys (0.55-0.99)
 # and 1.03-1.07 above it, where the `tl` kernels run: not built.

@@ -10,12 +10,13 @@ use super::select::needs_extras;
 use crate::params::{AttnCall, Mode, TensorView};
 use candle::Result;
 
-/// Keys up to which a call of head dim `head_dim` takes the TMA kernel, with or without a
-/// diagonal (causal): the longest prompts at which it beat the `tl` kernels on an H200 (f16,
-/// TFLOP/s, TMA against tl; kernels/aot.py's TMA_TILES has more): d = 64 8 x 2048 non-causal 451
+/// Keys up to which a call of head dim `head_dim` takes the TMA kernel's prefill class, with or
+/// without a diagonal (causal): the longest prompts at which it beat the `tl` kernels on an H200
+/// (f16, TFLOP/s, TMA against tl; kernels/aot.py's TMA_TILES has more): d = 64 8 x 2048 non-causal 451
 /// against 411 (4 x 4096: 426 against 433), causal 4 x 4096 399 against 378 (2 x 8192: 400 against
 /// 407); d = 128 8 x 2048 non-causal 532 against 487 (4 x 4096: 508 against 514), causal 4 x 4096
-/// 460 against 440. At d = 256 its 128-row tile takes every length (docs/bench-gpu-h200.md).
+/// 460 against 440. At d = 256 its 128-row tile takes every length (docs/bench-gpu-h200.md). At
+/// d = 128 and 256 the warp-specialized class takes the long prompts ([`ws_keys`]).
 pub fn max_keys(head_dim: usize, diagonal: bool) -> usize {
     match (head_dim, diagonal) {
         (256, _) => usize::MAX,

@@ -223,7 +223,8 @@ def attn_fwd_tma_ws(
     b, head, head_k, q_start, q_len, k_start, k_len, start_m = _block(
         CuSeqQ, CuSeqK, Fault, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads,
         num_heads_k, BLOCK_M)
-    # attention_tma's `_keys` spelled without branches: with them this kernel's prologue grows.
+    # attention_tma's `_keys`, spelled as in the build measured on an H200 (docs/bench-gpu-h200.md):
+    # `_keys` itself compiles to other code here, not measured as much (the consumers' n_full too).
     diag = gl.where(window_right >= 0, k_len - q_len + window_right, k_len)
     hi = gl.minimum(k_len, start_m + BLOCK_M + diag)
     if start_m >= q_len:

@@ -56,7 +56,7 @@ pub fn ws_keys(head_dim: usize, diagonal: bool) -> usize {
 }
 
 /// The TMA classes that serve a call of head dim `head_dim` with `keys` keys, with or without a
-/// diagonal, fastest first ([`super::select`] takes the first one built): the short class for
+/// diagonal, fastest first ([`super::select()`] takes the first one built): the short class for
 /// few keys, the warp-specialized one for many, the prefill class up to [`max_keys`].
 pub fn classes(head_dim: usize, diagonal: bool, keys: usize) -> &'static [Tile] {
     let prefill = keys <= max_keys(head_dim, diagonal);

@@ -251,12 +251,14 @@ TILES = {
 # 32 x 512 378 / 227 against 350 / 257, 16 x 1024 462 / 330 against 404 / 324, 1 x 16384 585 /
 # 569 against 480 / 481 (3 stages or 128x64 slower on all rows but one); d = 256 128x64 at 64 x 256
 # 322 / 187 against 326 / 191, 32 x 512 451 / 290 against 400 / 267, 1 x 16384 647 / 638 against
-# 554 / 547 (128x32 slower everywhere); d = 64 128x128 below 64x64 up to 2048 keys (0.55-0.99)
-# and 1.03-1.07 above it, where the `tl` kernels run: not built.
+# 554 / 547 (128x32 slower everywhere); d = 64 (32 heads) 128x128 x 3 stages at 8 x 2048 376 / 305
+# against 399 / 349, 2 x 8192 418 / 387 against 404 / 381, 1 x 16384 430 / 416 against 406 / 393
+# (2 stages 1-4% slower from 4096 keys; 128x64 and 128x256 slower everywhere, 128x256 spills), so
+# only past the prefill class's keys, where the `tl` kernels ran.
 TMA_TILES = {
     ("sm90", "prefill"): {64: (64, 64, 4, 2), 128: (64, 64, 4, 2), 256: (128, 64, 8, 2)},
     ("sm90", "prefill_short"): {128: (64, 32, 4, 2), 256: (64, 32, 4, 2)},
-    ("sm90", "prefill_ws"): {128: (128, 128, 4, 2), 256: (128, 64, 4, 2)},
+    ("sm90", "prefill_ws"): {64: (128, 128, 4, 3), 128: (128, 128, 4, 2), 256: (128, 64, 4, 2)},
 }
 # Registers per thread the warp-specialized kernel is compiled with: 65,536 / (12 warps x 32),
 # rounded down to the multiple of 8 that setmaxnreg counts in; attention_ws.py moves them to the

@@ -47,8 +47,8 @@ fn sm90_image(family: Family, tile: Tile, block_d: u32, paged: bool, extras: boo
 
 /// sm_90's f16 kernels at exact head dims 64, 96 (as 128's padded tile would: here an exact
 /// 96 image that has no TMA twin), 128 and 256, with TMA images at 64, 128 and 256 (128 rows at
-/// 256, as kernels/aot.py builds them) and of the short and warp-specialized classes at 128 and
-/// 256.
+/// 256, as kernels/aot.py builds them), of the warp-specialized class there too and of the short
+/// class at 128 and 256.
 fn sm90_images() -> &'static [KernelImage] {
     let mut all = Vec::new();
     for block_d in [64, 96, 128, 256] {
@@ -59,10 +59,10 @@ fn sm90_images() -> &'static [KernelImage] {
         all.push(sm90_image(Family::Merge, Tile::Merge, block_d, false, false));
         if block_d != 96 {
             all.push(sm90_image(Family::FwdTma, Tile::Prefill, block_d, false, false));
+            all.push(sm90_image(Family::FwdTma, Tile::PrefillWs, block_d, false, false));
         }
         if block_d >= 128 {
             all.push(sm90_image(Family::FwdTma, Tile::PrefillShort, block_d, false, false));
-            all.push(sm90_image(Family::FwdTma, Tile::PrefillWs, block_d, false, false));
         }
     }
     Box::leak(all.into_boxed_slice())
@@ -77,10 +77,11 @@ fn request(window: (Option<usize>, Option<usize>), softcap: Option<f32>) -> Requ
 }
 
 /// Random batch calls, each with whether the TMA kernel serves it (the rule restated: a plain
-/// call, no left window, >= 64 queries, heads inside a row; at d = 64 at most 2048 or 4096 keys
-/// (by diagonal), any number at 128 and 256) and which class (short: at most 256 keys at d =
-/// 128, 1024 at d = 256 with a diagonal; warp-specialized: from 512 keys without a diagonal, from
-/// 2048 with one at d = 128 and past the short class at d = 256; else the prefill class): the
+/// call, no left window, >= 64 queries, heads inside a row, head dim 64, 128 or 256) and which
+/// class (short: at most 256 keys at d = 128, 512 at d = 256 with a diagonal; warp-specialized:
+/// at d = 128 and 256 from 512 keys without a diagonal, from 2048 with one at d = 128 and past the
+/// short class at d = 256, at d = 64 past 2048 keys, or 4096 with a diagonal; else the prefill
+/// class, which takes at most those 2048 / 4096 keys at d = 64 and 128): the
 /// plan launches it exactly when it serves and its grid, one program per query block of each
 /// sequence and query head, fills the device (it does not split the keys); unsplit.
 #[test]
@@ -90,7 +91,7 @@ fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
     for _ in 0..1000 {
         let b = rng.gen_range(1..5);
         let s_q = [1, 16, 63, 64, 100, 300, 1100][rng.gen_range(0..7)];
-        let s_k = [1, 64, 256, 257, 511, 512, 1023, 1024, 1025, 2048, 2049, 4096, 4097, 9000][rng.gen_range(0..14)];
+        let s_k = [1, 64, 256, 257, 511, 512, 513, 1024, 1025, 2048, 2049, 4096, 4097, 9000][rng.gen_range(0..14)];
         let d = [64, 96, 128, 256][rng.gen_range(0..4)];
         let h_k = rng.gen_range(1..4);
         let h = h_k * rng.gen_range(1..4);
@@ -115,13 +116,15 @@ fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
         };
         let short = match d {
             128 => s_k <= 256,
-            256 => diagonal && s_k <= 1024,
+            256 => diagonal && s_k <= 512,
             _ => false,
         };
         let ws = match (d, diagonal) {
             (128 | 256, false) => s_k >= 512,
             (128, true) => s_k >= 2048,
-            (256, true) => s_k >= 1025,
+            (256, true) => s_k >= 513,
+            (64, false) => s_k > 2048,
+            (64, true) => s_k > 4096,
             _ => false,
         };
         // A left window wider than the keys is no window.

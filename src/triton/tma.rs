@@ -15,8 +15,8 @@ use candle::Result;
 /// (f16, TFLOP/s, TMA against tl; kernels/aot.py's TMA_TILES has more): d = 64 8 x 2048 non-causal 451
 /// against 411 (4 x 4096: 426 against 433), causal 4 x 4096 399 against 378 (2 x 8192: 400 against
 /// 407); d = 128 8 x 2048 non-causal 532 against 487 (4 x 4096: 508 against 514), causal 4 x 4096
-/// 460 against 440. At d = 256 its 128-row tile takes every length (docs/bench-gpu-h200.md). At
-/// d = 128 and 256 the warp-specialized class takes the long prompts ([`ws_keys`]).
+/// 460 against 440. At d = 256 its 128-row tile takes every length (docs/bench-gpu-h200.md). The
+/// warp-specialized class takes the longer prompts at every head dim ([`ws_keys`]).
 pub fn max_keys(head_dim: usize, diagonal: bool) -> usize {
     match (head_dim, diagonal) {
         (256, _) => usize::MAX,
@@ -28,10 +28,12 @@ pub fn max_keys(head_dim: usize, diagonal: bool) -> usize {
 /// Keys up to which a call of head dim `head_dim` takes the TMA kernel's short class (64 x 32
 /// tiles, kernels/aot.py's TMA_TILES), where built: more programs per SM, each with less to
 /// start, for prompts of a few key tiles; at d = 256 for causal calls, whose diagonal leaves a
-/// 128-row block's work uneven, up to 1024 keys (at 2048 the two tiles were level on an H200).
+/// 128-row block's work uneven, up to 512 keys (at 1024 the warp-specialized class was faster on
+/// an H200: 16 x 1024, 8 heads, f16 / bf16, TFLOP/s, median of 5 alternating turns, 405 / 410
+/// against 340 / 354).
 pub fn short_keys(head_dim: usize, diagonal: bool) -> usize {
     match (head_dim, diagonal) {
-        (256, true) => 1024,
+        (256, true) => 512,
         (256, false) => 0,
         _ => 256,
     }
@@ -44,13 +46,18 @@ pub fn short_keys(head_dim: usize, diagonal: bool) -> usize {
 /// docs/bench-gpu-h200.md): d = 128 32 x 512 non-causal 400 / 402 against 370 / 400, causal 8 x
 /// 2048 444 / 472 against 405 / 454 (16 x 1024 causal 341 / 353 against 358 / 377: slower), 1 x
 /// 16384 605 / 631 against 499 / 507 (where the `tl` kernels ran before); d = 256 32 x 512 465 /
-/// 482 against 439 / 439 (64 x 256: level). Not at d = 64 (slower up to 2048 keys in JIT runs).
+/// 482 against 439 / 439 (64 x 256: level). At d = 64 (128x128 tiles, 3 stages) only past the
+/// prefill class, where the `tl` kernels ran: below the prefill class up to 2048 keys in JIT runs
+/// (kernels/aot.py), above the `tl` kernels past it (32 heads: 4 x 4096 404 / 418 against 400 /
+/// 408, 2 x 8192 442 / 444 against 406 / 415, causal 2 x 8192 410 / 411 against 386 / 392).
 pub fn ws_keys(head_dim: usize, diagonal: bool) -> usize {
     match (head_dim, diagonal) {
         (128 | 256, false) => 512,
         (128, true) => 2048,
         // Where its short class stops.
         (256, true) => short_keys(256, true) + 1,
+        // Where its prefill class stops.
+        (64, diagonal) => max_keys(64, diagonal) + 1,
         _ => usize::MAX,
     }
 }

@@ -324,13 +324,13 @@ fn has_tma(target: &str, d: usize, tile: Tile) -> bool {
         .any(|k| k.target == target && k.family == fa::triton::Family::FwdTma && k.tile == tile && k.block_d as usize == d)
 }
 
-/// Prompts the TMA kernel serves where built (sm_90, d = 64, 128 and 256; its short and
-/// warp-specialized classes at 128 and 256, d = 256's 128-row tile; blocks whose second half is
-/// past the queries): GQA and MHA, causal with fewer keys than queries (rows that
+/// Prompts the TMA kernel serves where built (sm_90, d = 64, 128 and 256; its short class at 128
+/// and 256, its warp-specialized class at all three, d = 256's 128-row tile; blocks whose second
+/// half is past the queries): GQA and MHA, causal with fewer keys than queries (rows that
 /// see no key), a right window, lengths off its tiles,
 /// k and v narrowed from caches whose unused rows hold NaN (rows its tiles read past a sequence);
-/// and prompts it leaves to the other kernels (left window, heads strided across rows, more keys
-/// than it takes, head dim 96). Batches are large enough for a grid that fills the device, which
+/// and prompts it leaves to the other kernels (left window, heads strided across rows, head
+/// dim 96). Batches are large enough for a grid that fills the device, which
 /// the TMA kernel needs. Each runs the kernel `explain` names and matches the CPU, output and LSE;
 /// varlen batches of mixed lengths, empty ones included, too.
 pub fn tma_prompts_match_cpu() {
@@ -347,7 +347,8 @@ pub fn tma_prompts_match_cpu() {
         (1, 200, 200, 4, 2, 128, (None, Some(5)), false, true),
         (2, 1000, 1000, 2, 1, 128, CAUSAL, false, true),
         (2, 100, 100, 4, 2, 128, NONE, true, false),
-        (2, 100, 2100, 4, 2, 64, NONE, false, false),
+        (2, 100, 2100, 4, 2, 64, NONE, false, true),
+        (1, 130, 4200, 4, 2, 64, CAUSAL, false, true),
         (2, 200, 300, 4, 2, 256, CAUSAL, false, true),
         (2, 150, 300, 4, 2, 256, NONE, false, true),
         (1, 130, 2100, 4, 2, 256, CAUSAL, false, true),
@@ -356,6 +357,7 @@ pub fn tma_prompts_match_cpu() {
         (1, 130, 2100, 4, 2, 128, CAUSAL, false, true),
         (1, 300, 2100, 4, 2, 128, (None, Some(5)), false, true),
         (2, 150, 600, 2, 2, 256, NONE, false, true),
+        (2, 150, 700, 2, 2, 256, CAUSAL, false, true),
         (2, 130, 130, 4, 2, 128, (Some(20), Some(0)), false, false),
         (2, 130, 130, 4, 2, 96, CAUSAL, false, false),
     ];
@@ -380,19 +382,22 @@ pub fn tma_prompts_match_cpu() {
         let chosen = fa::explain(|| fa::triton::offload::run_on_gpu(driver, || calls::batch(&x.q, &x.k, &x.v, f))).unwrap();
         let tma = chosen.variant.starts_with("fwd_tma_");
         assert_eq!(tma, serves && has_tma(&chosen.target, d, Tile::Prefill), "{c:?} ran {} on {}", chosen.variant, chosen.target);
-        // The short class: up to 256 keys at d = 128, 1024 causal ones at d = 256.
+        // The short class: up to 256 keys at d = 128, 512 causal ones at d = 256.
         let short = match d {
             128 => s_k <= 256,
-            256 => window == CAUSAL && s_k <= 1024,
+            256 => window == CAUSAL && s_k <= 512,
             _ => false,
         };
         let short_built = has_tma(&chosen.target, d, Tile::PrefillShort);
         assert_eq!(chosen.variant.starts_with("fwd_tma_short_"), tma && short && short_built, "{c:?} ran {}", chosen.variant);
-        // The warp-specialized class: from 512 keys (2048 causal at d = 128), past the short class.
+        // The warp-specialized class: from 512 keys (2048 causal at d = 128), past the short class
+        // at d = 256 causal, past 2048 keys (4096 causal) at d = 64.
         let ws = match (d, window == NONE) {
             (128 | 256, true) => s_k >= 512,
             (128, false) => s_k >= 2048,
             (256, false) => !short,
+            (64, true) => s_k > 2048,
+            (64, false) => s_k > 4096,
             _ => false,
         };
         let ws_built = has_tma(&chosen.target, d, Tile::PrefillWs);

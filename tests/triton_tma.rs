@@ -109,24 +109,8 @@ fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
         let call = AttnCall::new(&request(window, softcap), [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
         // A right window wider than the keys is no window (flash-attn's normalization).
         let diagonal = diagonal && window.1.is_some_and(|right| right <= s_k);
-        let max_keys = match (d, diagonal) {
-            (256, _) => usize::MAX,
-            (_, true) => 4096,
-            (_, false) => 2048,
-        };
-        let short = match d {
-            128 => s_k <= 256,
-            256 => diagonal && s_k <= 512,
-            _ => false,
-        };
-        let ws = match (d, diagonal) {
-            (128 | 256, false) => s_k >= 512,
-            (128, true) => s_k >= 2048,
-            (256, true) => s_k >= 513,
-            (64, false) => s_k > 2048,
-            (64, true) => s_k > 4096,
-            _ => false,
-        };
+        let max_keys = common::tma_rule::prefill_keys(d, diagonal);
+        let (short, ws) = common::tma_rule::short_and_ws(d, diagonal, s_k);
         // A left window wider than the keys is no window.
         let left_bounds = left && 30 < s_k;
         let serves = (d == 64 || d == 128 || d == 256)

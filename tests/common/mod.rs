@@ -9,6 +9,7 @@ pub mod expected;
 pub mod outcome;
 pub mod ragged;
 pub mod reference;
+pub mod tma_rule;
 
 use candle::{DType, Device, Tensor};
 use rand::rngs::StdRng;

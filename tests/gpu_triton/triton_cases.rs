@@ -382,24 +382,10 @@ pub fn tma_prompts_match_cpu() {
         let chosen = fa::explain(|| fa::triton::offload::run_on_gpu(driver, || calls::batch(&x.q, &x.k, &x.v, f))).unwrap();
         let tma = chosen.variant.starts_with("fwd_tma_");
         assert_eq!(tma, serves && has_tma(&chosen.target, d, Tile::Prefill), "{c:?} ran {} on {}", chosen.variant, chosen.target);
-        // The short class: up to 256 keys at d = 128, 512 causal ones at d = 256.
-        let short = match d {
-            128 => s_k <= 256,
-            256 => window == CAUSAL && s_k <= 512,
-            _ => false,
-        };
+        // Every right window here is within the keys: a diagonal.
+        let (short, ws) = crate::common::tma_rule::short_and_ws(d, window.1.is_some(), s_k);
         let short_built = has_tma(&chosen.target, d, Tile::PrefillShort);
         assert_eq!(chosen.variant.starts_with("fwd_tma_short_"), tma && short && short_built, "{c:?} ran {}", chosen.variant);
-        // The warp-specialized class: from 512 keys (2048 causal at d = 128), past the short class
-        // at d = 256 causal, past 2048 keys (4096 causal) at d = 64.
-        let ws = match (d, window == NONE) {
-            (128 | 256, true) => s_k >= 512,
-            (128, false) => s_k >= 2048,
-            (256, false) => !short,
-            (64, true) => s_k > 2048,
-            (64, false) => s_k > 4096,
-            _ => false,
-        };
         let ws_built = has_tma(&chosen.target, d, Tile::PrefillWs);
         assert_eq!(chosen.variant.starts_with("fwd_tma_ws_"), tma && ws && ws_built, "{c:?} ran {}", chosen.variant);
         check_lse_variant(&format!("{c:?}"), &cpu, &[&x.q, &x.k, &x.v], &exp, false, |a| {

@@ -1,0 +1,33 @@
+//! sm_90's TMA kernel classes restated from its documented rule (docs/triton.md), independent of
+//! `src/triton/tma.rs`, for the tests that check which class a call takes.
+
+/// Keys up to which the one-warpgroup prefill class serves a call of head dim `d`, with or
+/// without a diagonal (a right window no wider than the keys): 2048 or 4096 at d = 64 and 128,
+/// any number at d = 256.
+pub fn prefill_keys(d: usize, diagonal: bool) -> usize {
+    match (d, diagonal) {
+        (256, _) => usize::MAX,
+        (_, true) => 4096,
+        (_, false) => 2048,
+    }
+}
+
+/// Whether a call of head dim `d` with `s_k` keys takes the short class (at most 256 keys at
+/// d = 128, 512 at d = 256 with a diagonal) and whether the warp-specialized one (at d = 128 and
+/// 256 from 512 keys without a diagonal, from 2048 with one at d = 128 and past the short class
+/// at d = 256; at d = 64 past the prefill class), where built.
+pub fn short_and_ws(d: usize, diagonal: bool, s_k: usize) -> (bool, bool) {
+    let short = match d {
+        128 => s_k <= 256,
+        256 => diagonal && s_k <= 512,
+        _ => false,
+    };
+    let ws = match (d, diagonal) {
+        (128 | 256, false) => s_k >= 512,
+        (128, true) => s_k >= 2048,
+        (256, true) => !short,
+        (64, _) => s_k > prefill_keys(64, diagonal),
+        _ => false,
+    };
+    (short, ws)
+}

@@ -208,6 +208,7 @@ fn entry(row: &Row, dir: &Path, ptx: bool) -> BuildResult<String> {
         "prefill" => "Prefill",
         "prefill_short" => "PrefillShort",
         "prefill_ws" => "PrefillWs",
+        "prefill_walk" => "PrefillWalk",
         "decode" => "Decode",
         "decode_batch" => "DecodeBatch",
         "merge" => "Merge",

@@ -255,10 +255,13 @@ TILES = {
 # against 399 / 349, 2 x 8192 418 / 387 against 404 / 381, 1 x 16384 430 / 416 against 406 / 393
 # (2 stages 1-4% slower from 4096 keys; 128x64 and 128x256 slower everywhere, 128x256 spills), so
 # only past the prefill class's keys, where the `tl` kernels ran.
+# Its walking twin (attention_ws.attn_fwd_tma_walk, "prefill_walk": one program per SM walking the
+# blocks) at d = 128 only, the ws tile; src/triton/tma.rs `walk_keys` has its figures.
 TMA_TILES = {
     ("sm90", "prefill"): {64: (64, 64, 4, 2), 128: (64, 64, 4, 2), 256: (128, 64, 8, 2)},
     ("sm90", "prefill_short"): {128: (64, 32, 4, 2), 256: (64, 32, 4, 2)},
     ("sm90", "prefill_ws"): {64: (128, 128, 4, 3), 128: (128, 128, 4, 2), 256: (128, 64, 4, 2)},
+    ("sm90", "prefill_walk"): {128: (128, 128, 4, 2)},
 }
 # Registers per thread the warp-specialized kernel is compiled with: 65,536 / (12 warps x 32),
 # rounded down to the multiple of 8 that setmaxnreg counts in; attention_ws.py moves them to the
@@ -267,7 +270,10 @@ WS_MAXNREG = 168
 # The TMA classes, their kernels and variant-name infixes.
 TMA_CLASSES = {"prefill": ("attention_tma", "attn_fwd_tma", ""),
                "prefill_short": ("attention_tma", "attn_fwd_tma", "short_"),
-               "prefill_ws": ("attention_ws", "attn_fwd_tma_ws", "ws_")}
+               "prefill_ws": ("attention_ws", "attn_fwd_tma_ws", "ws_"),
+               "prefill_walk": ("attention_ws", "attn_fwd_tma_walk", "walk_")}
+# The classes whose programs split a 128-row block between two consumer warpgroups.
+WS_CLASSES = {"prefill_ws", "prefill_walk"}
 # What src/triton/tma.rs encodes for every descriptor of attn_fwd_tma: CU_TENSOR_MAP_SWIZZLE_128B
 # (triton's device-side enum value 3) and a box of 64 columns (128 bytes of f16/bf16, the swizzle
 # span) by the tile's rows; compile_one refuses a kernel whose descriptors Triton laid out otherwise.
@@ -509,7 +515,7 @@ TMA_ELEM_TYPES = {"fp16": 6, "bf16": 10}
 
 def tma_q_rows(tile, block_m):
     """Rows of q's descriptor box: the warp-specialized kernel loads its block's two halves."""
-    return block_m // 2 if tile == "prefill_ws" else block_m
+    return block_m // 2 if tile in WS_CLASSES else block_m
 
 
 def tma_source(target, fields, dtype):
@@ -573,7 +579,7 @@ def compile_one(job):
     started = time.time()
     target_obj = gpu_target(target)
     options = {"num_warps": warps, "num_stages": stages}
-    if fields["tile"] == "prefill_ws":
+    if fields["tile"] in WS_CLASSES:
         options["maxnreg"] = WS_MAXNREG
     if occupancy:
         # The tile's occupancy hint: waves per EU on AMD, registers per thread (maxnreg) on NVIDIA.

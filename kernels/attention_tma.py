@@ -132,17 +132,19 @@ class SelfRefill:
 
 
 @gluon.jit
-def _first_tile(q_smem, k_ring, k_bars, qk_scale, start_m, k_len, diag, n_full, s_layout: gl.constexpr,
+def _first_tile(q_smem, k_ring, k_bars, ring0, qk_scale, start_m, k_len, diag, n_full, s_layout: gl.constexpr,
                 p_layout: gl.constexpr):
     """Tile 0: S_0 and its softmax (masked unless every row sees all of it), with Q and K_0 in
     shared memory once their barriers complete. Returns P_0 (as the P V operand) and the softmax
-    state."""
+    state. The block's key tile j is the ring's tile `ring0 + j` (0 unless the ring carries on
+    from earlier blocks)."""
     BLOCK_M: gl.constexpr = q_smem.shape[0]
+    STAGES: gl.constexpr = k_ring.shape[0]
     BLOCK_N: gl.constexpr = k_ring.shape[1]
     m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.full([BLOCK_M], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
-    mbarrier.wait(k_bars.index(0), 0)
-    s_tok = warpgroup_mma(q_smem, k_ring.index(0).permute((1, 0)),
+    mbarrier.wait(k_bars.index(ring0 % STAGES), (ring0 // STAGES) & 1)
+    s_tok = warpgroup_mma(q_smem, k_ring.index(ring0 % STAGES).permute((1, 0)),
                           gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=[s_tok])
     p, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, start_m, 0, k_len, diag, n_full > 0, True, s_layout,
@@ -151,22 +153,25 @@ def _first_tile(q_smem, k_ring, k_bars, qk_scale, start_m, k_len, diag, n_full, 
 
 
 @gluon.jit
-def _step(j, q_smem, k_ring, v_ring, k_bars, v_bars, refill, acc, p, alpha, m_i, l_i, qk_scale, start_m, k_len,
-          diag, MASK: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
+def _step(j, ring0, q_smem, k_ring, v_ring, k_bars, v_bars, refill, acc, p, alpha, m_i, l_i, qk_scale, start_m,
+          k_len, diag, MASK: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr,
+          p_layout: gl.constexpr):
     """Key step j: `S_{j+1} = Q K_{j+1}^T` and `acc += P_j V_j` in flight together, then the
-    softmax of S_{j+1}; `refill.release` hands K tile j + 1 and V tile j back. Entering, `acc`
-    holds the sum through tile j - 1 at the max before tile j, `p` holds P_j (at the max through
-    tile j) and `alpha` the rescale acc still owes."""
+    softmax of S_{j+1}; `refill.release` hands K tile j + 1 and V tile j back (as ring tiles,
+    `ring0` on). Entering, `acc` holds the sum through tile j - 1 at the max before tile j, `p`
+    holds P_j (at the max through tile j) and `alpha` the rescale acc still owes."""
     BLOCK_M: gl.constexpr = q_smem.shape[0]
     STAGES: gl.constexpr = k_ring.shape[0]
     BLOCK_N: gl.constexpr = k_ring.shape[1]
     jn = j + 1
-    mbarrier.wait(k_bars.index(jn % STAGES), (jn // STAGES) & 1)
-    s_tok = warpgroup_mma(q_smem, k_ring.index(jn % STAGES).permute((1, 0)),
+    kt = ring0 + jn
+    vt = ring0 + j
+    mbarrier.wait(k_bars.index(kt % STAGES), (kt // STAGES) & 1)
+    s_tok = warpgroup_mma(q_smem, k_ring.index(kt % STAGES).permute((1, 0)),
                           gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-    mbarrier.wait(v_bars.index(j % STAGES), (j // STAGES) & 1)
-    acc_tok = warpgroup_mma(p, v_ring.index(j % STAGES), acc, is_async=True)
+    mbarrier.wait(v_bars.index(vt % STAGES), (vt // STAGES) & 1)
+    acc_tok = warpgroup_mma(p, v_ring.index(vt % STAGES), acc, is_async=True)
     # One group left outstanding: S_{j+1} has retired, P_j V_j may still run.
     s = warpgroup_mma_wait(1, deps=[s_tok])
     p32, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, start_m, jn * BLOCK_N, k_len, diag, False, MASK,
@@ -174,21 +179,21 @@ def _step(j, q_smem, k_ring, v_ring, k_bars, v_bars, refill, acc, p, alpha, m_i,
     # P_j's registers are the running wgmma's operand: overwrite them only after it retires.
     acc, p = warpgroup_mma_wait(0, deps=[acc_tok, p])
     p = gl.convert_layout(p32.to(p.dtype), p_layout)
-    refill.release(jn, j)
+    refill.release(kt, vt)
     return acc, p, alpha, m_i, l_i
 
 
 @gluon.jit
-def _key_loop(q_smem, k_ring, v_ring, k_bars, v_bars, refill, acc, p, alpha, m_i, l_i, qk_scale, start_m, k_len,
-              diag, n_full, n_tiles, s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
+def _key_loop(ring0, q_smem, k_ring, v_ring, k_bars, v_bars, refill, acc, p, alpha, m_i, l_i, qk_scale, start_m,
+              k_len, diag, n_full, n_tiles, s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
     """Steps 0 .. n_tiles - 2: those whose next tile every row sees whole, then the masked ones
     (diagonal, ragged end)."""
     for j in range(0, n_full - 1):
-        acc, p, alpha, m_i, l_i = _step(j, q_smem, k_ring, v_ring, k_bars, v_bars, refill, acc, p, alpha, m_i, l_i,
-                                        qk_scale, start_m, k_len, diag, False, s_layout, o_layout, p_layout)
+        acc, p, alpha, m_i, l_i = _step(j, ring0, q_smem, k_ring, v_ring, k_bars, v_bars, refill, acc, p, alpha, m_i,
+                                        l_i, qk_scale, start_m, k_len, diag, False, s_layout, o_layout, p_layout)
     for j in range(gl.maximum(n_full - 1, 0), n_tiles - 1):
-        acc, p, alpha, m_i, l_i = _step(j, q_smem, k_ring, v_ring, k_bars, v_bars, refill, acc, p, alpha, m_i, l_i,
-                                        qk_scale, start_m, k_len, diag, True, s_layout, o_layout, p_layout)
+        acc, p, alpha, m_i, l_i = _step(j, ring0, q_smem, k_ring, v_ring, k_bars, v_bars, refill, acc, p, alpha, m_i,
+                                        l_i, qk_scale, start_m, k_len, diag, True, s_layout, o_layout, p_layout)
     return acc, p, alpha, m_i, l_i
 
 
@@ -288,10 +293,11 @@ def attn_fwd_tma(
     q_batch_rows, k_batch_rows, v_batch_rows,
     stride_lb, stride_lh,
     is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap,
-    num_heads, num_heads_k, window_right,
+    num_heads, num_heads_k, window_right, batch,
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr,
 ):
-    """Grid: (query blocks of the longest sequence, batch x heads). Out: contiguous `(rows,
+    """Grid: (query blocks of the longest sequence, batch x heads); `batch` (the sequences) is
+    read by the warp-specialized kernel, which shares this parameter list. Out: contiguous `(rows,
     num_heads, HEAD_D)`; Lse: f32 at `b * stride_lb + head * stride_lh + position`. Key j is
     visible to query i of a sequence iff `j < k_len` and, with `window_right >= 0`, `j <= i +
     k_len - q_len + window_right` (causal: 0)."""
@@ -337,15 +343,15 @@ def attn_fwd_tma(
         _load_tile(v_desc, v_ring, v_bars, i, n_tiles, v_row0, v_col, BLOCK_N, STAGES)
 
     mbarrier.wait(q_bar, 0)
-    p, m_i, l_i, alpha = _first_tile(q_smem, k_ring, k_bars, qk_scale, start_m, k_len, diag, n_full, s_layout,
+    p, m_i, l_i, alpha = _first_tile(q_smem, k_ring, k_bars, 0, qk_scale, start_m, k_len, diag, n_full, s_layout,
                                      p_layout)
     acc = gl.zeros([BLOCK_M, HEAD_D], gl.float32, o_layout)
     gl.thread_barrier()
     _load_tile(k_desc, k_ring, k_bars, STAGES, n_tiles, k_row0, k_col, BLOCK_N, STAGES)
 
     refill = SelfRefill(k_desc, v_desc, k_ring, v_ring, k_bars, v_bars, k_row0, v_row0, k_col, v_col, n_tiles)
-    acc, p, alpha, m_i, l_i = _key_loop(q_smem, k_ring, v_ring, k_bars, v_bars, refill, acc, p, alpha, m_i, l_i,
-                                        qk_scale, start_m, k_len, diag, n_full, n_tiles, s_layout, o_layout,
+    acc, p, alpha, m_i, l_i = _key_loop(0, q_smem, k_ring, v_ring, k_bars, v_bars, refill, acc, p, alpha, m_i,
+                                        l_i, qk_scale, start_m, k_len, diag, n_full, n_tiles, s_layout, o_layout,
                                         p_layout)
 
     # The last tile's P V. Its rows past the sequence hold whatever follows it: zero them.

@@ -19,6 +19,15 @@ Both halves step over the key tiles of the whole block (a causal block's first h
 keys only the second sees), so each arrives on every `empty` barrier once per use. The last V
 tile's rows past the sequence are zeroed by the first consumer, which then lets the second one
 read it (`tail_bar`).
+
+`attn_fwd_tma_walk` (class "prefill_walk") runs the same partitions over many blocks: one
+program per SM walks the call's query blocks `first, first + programs, ...` (`Blocks`), a
+(sequence, head)'s blocks one after another so that its K/V stay in L2 while read. The loader
+runs ahead into the next block (Q double-buffered, freed through `q_empty`; the K/V ring counted
+across blocks), so a block's end and the next one's first loads overlap: the programs' start and
+end that dominate prompts of a few key tiles. Each consumer zeroes the last V tile's rows past
+the sequence itself before its wgmma reads them (the other writes the same zeros: whichever lands
+last, they read as zero), since a `tail_bar` handshake could fall a phase behind across blocks.
 """
 
 from triton.experimental import gluon
@@ -26,7 +35,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.language.core import _aggregate as aggregate
 
-from attention_tma import LOG2E, _block, _first_tile, _key_loop, _last_pv, _store_block, _zero_tail
+from attention_tma import LOG2E, _block, _bounds, _first_tile, _key_loop, _last_pv, _store_block, _zero_tail
 
 # Registers per thread of each partition (setmaxnreg): 2 x 128 x 240 + 128 x 24 = 64,512 of the
 # SM's 65,536, one program per SM.
@@ -124,19 +133,16 @@ class Block:
 
 
 @gluon.jit
-def _loader(sh, q_desc, k_desc, v_desc, q_row0, q_col, k_row0, v_row0, k_col, v_col, n_tiles):
-    """The loader warp: Q's halves, then key tile t's K and V once both consumers released what
-    the buffer held STAGES tiles before (a fresh barrier counts as released: phase parity 1)."""
-    HALF: gl.constexpr = sh.q_halves.shape[1]
+def _load_kv(sh, k_desc, v_desc, ring0, k_row0, v_row0, k_col, v_col, n_tiles):
+    """The block's key tiles t as ring tiles `ring0 + t`: K and V once both consumers released
+    what the buffer held STAGES ring tiles before (a fresh barrier counts as released: phase
+    parity 1)."""
     STAGES: gl.constexpr = sh.k_ring.shape[0]
     BLOCK_N: gl.constexpr = sh.k_ring.shape[1]
-    for h in gl.static_range(2):
-        mbarrier.expect(sh.q_bars.index(h), q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [q_row0 + h * HALF, q_col], sh.q_bars.index(h),
-                                        sh.q_halves.index(h))
     for t in range(n_tiles):
-        stage = t % STAGES
-        free = ((t // STAGES) & 1) ^ 1
+        r = ring0 + t
+        stage = r % STAGES
+        free = ((r // STAGES) & 1) ^ 1
         mbarrier.wait(sh.k_empty.index(stage), free)
         mbarrier.expect(sh.k_full.index(stage), k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [k_row0 + t * BLOCK_N, k_col], sh.k_full.index(stage),
@@ -148,47 +154,91 @@ def _loader(sh, q_desc, k_desc, v_desc, q_row0, q_col, k_row0, v_row0, k_col, v_
 
 
 @gluon.jit
+def _load_q(sh, q_desc, slot, q_row0, q_col):
+    """Q's two halves into the Q buffers `slot`, `slot + 1`."""
+    HALF: gl.constexpr = sh.q_halves.shape[1]
+    for h in gl.static_range(2):
+        mbarrier.expect(sh.q_bars.index(slot + h), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [q_row0 + h * HALF, q_col], sh.q_bars.index(slot + h),
+                                        sh.q_halves.index(slot + h))
+
+
+@gluon.jit
+def _loader(sh, q_desc, k_desc, v_desc, q_row0, q_col, k_row0, v_row0, k_col, v_col, n_tiles):
+    """The loader warp: Q's halves, then the key tiles."""
+    _load_q(sh, q_desc, 0, q_row0, q_col)
+    _load_kv(sh, k_desc, v_desc, 0, k_row0, v_row0, k_col, v_col, n_tiles)
+
+
+@gluon.constexpr_function
+def _mma_layout(columns, num_warps):
+    """The wgmma accumulator layout of a consumer's `columns`-wide results (S: BLOCK_N, O: HEAD_D)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, columns, 16])
+
+
+@gluon.jit
+def _full_tiles(start, diag, k_len, window_right, BLOCK_N: gl.constexpr):
+    """Key tiles every row of a half from `start` sees whole."""
+    if window_right >= 0:
+        n_full = gl.minimum(gl.maximum(start + diag + 1, 0) // BLOCK_N, k_len // BLOCK_N)
+    else:
+        n_full = k_len // BLOCK_N
+    return n_full
+
+
+@gluon.jit
+def _attend(sh, q_h, ring0, qk_scale, start, k_len, diag, n_full, n_tiles, h: gl.constexpr, WALK: gl.constexpr,
+            s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
+    """One half's attention over the block's key tiles (ring tiles `ring0` on), Q in `q_h`:
+    returns the accumulator and softmax state. Releases every ring tile it reads but the last V
+    tile, which only a walking program (WALK) hands back; zeroes that tile's rows past the
+    sequence (both halves when walking, else the first, then `tail_bar`)."""
+    HALF: gl.constexpr = sh.q_halves.shape[1]
+    HEAD_D: gl.constexpr = sh.q_halves.shape[2]
+    STAGES: gl.constexpr = sh.k_ring.shape[0]
+    BLOCK_N: gl.constexpr = sh.k_ring.shape[1]
+    refill = LoaderRefill(sh.k_empty, sh.v_empty)
+    p, m_i, l_i, alpha = _first_tile(q_h, sh.k_ring, sh.k_full, ring0, qk_scale, start, k_len, diag, n_full,
+                                     s_layout, p_layout)
+    mbarrier.arrive(sh.k_empty.index(ring0 % STAGES), count=1)
+    acc = gl.zeros([HALF, HEAD_D], gl.float32, o_layout)
+    acc, p, alpha, m_i, l_i = _key_loop(ring0, q_h, sh.k_ring, sh.v_ring, sh.k_full, sh.v_full, refill, acc, p,
+                                        alpha, m_i, l_i, qk_scale, start, k_len, diag, n_full, n_tiles, s_layout,
+                                        o_layout, p_layout)
+
+    last = ring0 + n_tiles - 1
+    v_last = sh.v_ring.index(last % STAGES)
+    mbarrier.wait(sh.v_full.index(last % STAGES), (last // STAGES) & 1)
+    if n_tiles * BLOCK_N > k_len:
+        if WALK:
+            _zero_tail(v_last, n_tiles - 1, k_len)
+        elif h == 0:
+            _zero_tail(v_last, n_tiles - 1, k_len)
+            mbarrier.arrive(sh.tail_bar, count=1)
+        else:
+            mbarrier.wait(sh.tail_bar, 0)
+    acc = _last_pv(v_last, acc, p, alpha, o_layout)
+    if WALK:
+        mbarrier.arrive(sh.v_empty.index(last % STAGES), count=1)
+    return acc, m_i, l_i
+
+
+@gluon.jit
 def _consume(sh, blk, h: gl.constexpr):
     """Consumer `h`: the rows `start_m + h * HALF ..` of the block, attention_tma's key loop over
     the shared ring, its rows' outputs and LSEs."""
     HALF: gl.constexpr = sh.q_halves.shape[1]
     HEAD_D: gl.constexpr = sh.q_halves.shape[2]
-    STAGES: gl.constexpr = sh.k_ring.shape[0]
     BLOCK_N: gl.constexpr = sh.k_ring.shape[1]
-    num_warps: gl.constexpr = gl.num_warps()
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                       instr_shape=[16, HEAD_D, 16])
+    s_layout: gl.constexpr = _mma_layout(BLOCK_N, gl.num_warps())
+    o_layout: gl.constexpr = _mma_layout(HEAD_D, gl.num_warps())
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    refill = LoaderRefill(sh.k_empty, sh.v_empty)
     q_h = sh.q_halves.index(h)
     start = blk.start_m + h * HALF
-    diag = blk.diag
-    if blk.window_right >= 0:
-        n_full = gl.minimum(gl.maximum(start + diag + 1, 0) // BLOCK_N, blk.k_len // BLOCK_N)
-    else:
-        n_full = blk.k_len // BLOCK_N
-
+    n_full = _full_tiles(start, blk.diag, blk.k_len, blk.window_right, BLOCK_N)
     mbarrier.wait(sh.q_bars.index(h), 0)
-    p, m_i, l_i, alpha = _first_tile(q_h, sh.k_ring, sh.k_full, blk.qk_scale, start, blk.k_len, diag, n_full,
-                                     s_layout, p_layout)
-    mbarrier.arrive(sh.k_empty.index(0), count=1)
-    acc = gl.zeros([HALF, HEAD_D], gl.float32, o_layout)
-    acc, p, alpha, m_i, l_i = _key_loop(q_h, sh.k_ring, sh.v_ring, sh.k_full, sh.v_full, refill, acc, p, alpha, m_i,
-                                        l_i, blk.qk_scale, start, blk.k_len, diag, n_full, blk.n_tiles, s_layout,
-                                        o_layout, p_layout)
-
-    last = blk.n_tiles - 1
-    v_last = sh.v_ring.index(last % STAGES)
-    mbarrier.wait(sh.v_full.index(last % STAGES), (last // STAGES) & 1)
-    if blk.n_tiles * BLOCK_N > blk.k_len:
-        if h == 0:
-            _zero_tail(v_last, last, blk.k_len)
-            mbarrier.arrive(sh.tail_bar, count=1)
-        else:
-            mbarrier.wait(sh.tail_bar, 0)
-    acc = _last_pv(v_last, acc, p, alpha, o_layout)
+    acc, m_i, l_i = _attend(sh, q_h, 0, blk.qk_scale, start, blk.k_len, blk.diag, n_full, blk.n_tiles, h, False,
+                            s_layout, o_layout, p_layout)
     # Through this half's Q buffer: the last wgmma that read it has retired.
     _store_block(acc, m_i, l_i, blk.qk_scale, q_h, blk.Out, blk.Lse, blk.b, blk.head, blk.q_start, blk.q_len, start,
                  blk.is_varlen, blk.seqlen_q, blk.stride_lb, blk.stride_lh, blk.num_heads, s_layout, o_layout)
@@ -205,6 +255,32 @@ def _consume_second(sh, blk):
 
 
 @gluon.jit
+def _allocate(q_desc, k_desc, v_desc, Q_BUFFERS: gl.constexpr, HALF: gl.constexpr, BLOCK_N: gl.constexpr,
+              HEAD_D: gl.constexpr, STAGES: gl.constexpr):
+    """The program's `Shared`, its barriers initialized: Q_BUFFERS half-block Q buffers."""
+    dtype: gl.constexpr = q_desc.dtype
+    sh = Shared(gl.allocate_shared_memory(dtype, [Q_BUFFERS, HALF, HEAD_D], q_desc.layout),
+                gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], k_desc.layout),
+                gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], v_desc.layout),
+                gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout()),
+                gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+                gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+                gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+                gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+                gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout()))
+    for h in gl.static_range(Q_BUFFERS):
+        mbarrier.init(sh.q_bars.index(h), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(sh.k_full.index(i), count=1)
+        mbarrier.init(sh.v_full.index(i), count=1)
+        mbarrier.init(sh.k_empty.index(i), count=2)
+        mbarrier.init(sh.v_empty.index(i), count=2)
+    mbarrier.init(sh.tail_bar, count=1)
+    fence_async_shared()
+    return sh
+
+
+@gluon.jit
 def attn_fwd_tma_ws(
     q_desc, k_desc, v_desc,
     Out, Lse, CuSeqQ, CuSeqK, Fault,
@@ -213,13 +289,12 @@ def attn_fwd_tma_ws(
     q_batch_rows, k_batch_rows, v_batch_rows,
     stride_lb, stride_lh,
     is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap,
-    num_heads, num_heads_k, window_right,
+    num_heads, num_heads_k, window_right, batch,
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr,
 ):
     """attn_fwd_tma's contract, with BLOCK_M = 128 query rows per program and q's descriptor
     boxes of BLOCK_M / 2 rows; num_warps = 4 (each consumer; 12 warps in all)."""
     HALF: gl.constexpr = BLOCK_M // 2
-    dtype: gl.constexpr = q_desc.dtype
     b, head, head_k, q_start, q_len, k_start, k_len, start_m = _block(
         CuSeqQ, CuSeqK, Fault, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads,
         num_heads_k, BLOCK_M)
@@ -231,24 +306,7 @@ def attn_fwd_tma_ws(
         return
     n_tiles = gl.maximum((hi + BLOCK_N - 1) // BLOCK_N, 1)
 
-    sh = Shared(gl.allocate_shared_memory(dtype, [2, HALF, HEAD_D], q_desc.layout),
-                gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], k_desc.layout),
-                gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], v_desc.layout),
-                gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout()),
-                gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
-                gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
-                gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
-                gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
-                gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout()))
-    for h in gl.static_range(2):
-        mbarrier.init(sh.q_bars.index(h), count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(sh.k_full.index(i), count=1)
-        mbarrier.init(sh.v_full.index(i), count=1)
-        mbarrier.init(sh.k_empty.index(i), count=2)
-        mbarrier.init(sh.v_empty.index(i), count=2)
-    mbarrier.init(sh.tail_bar, count=1)
-    fence_async_shared()
+    sh = _allocate(q_desc, k_desc, v_desc, 2, HALF, BLOCK_N, HEAD_D, STAGES)
 
     blk = Block(Out, Lse, b, head, q_start, q_len, k_len, start_m, diag, window_right, n_tiles, sm_scale * LOG2E,
                 is_varlen, seqlen_q, stride_lb, stride_lh, num_heads)
@@ -258,4 +316,160 @@ def attn_fwd_tma_ws(
         (_loader, (sh, q_desc, k_desc, v_desc, q_start + b * q_batch_rows + start_m, head * stride_qh,
                    k_start + b * k_batch_rows, k_start + b * v_batch_rows, head_k * stride_kh, head_k * stride_vh,
                    n_tiles)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+
+
+@aggregate
+class Blocks:
+    """The call's query blocks as a walking program takes them: a (sequence, head)'s blocks one
+    after another, its last (heaviest) block first."""
+    CuSeqQ: gl.tensor
+    CuSeqK: gl.tensor
+    is_varlen: gl.tensor
+    seqlen_q: gl.tensor
+    seqlen_k: gl.tensor
+    total_rows: gl.tensor
+    kv_rows: gl.tensor
+    kv_len_cap: gl.tensor
+    num_heads: gl.tensor
+    num_heads_k: gl.tensor
+    window_right: gl.tensor
+    per_head: gl.tensor
+    count: gl.tensor
+
+    @gluon.constexpr_function
+    def __init__(self, CuSeqQ, CuSeqK, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads,
+                 num_heads_k, window_right, per_head, count):
+        self.CuSeqQ = CuSeqQ
+        self.CuSeqK = CuSeqK
+        self.is_varlen = is_varlen
+        self.seqlen_q = seqlen_q
+        self.seqlen_k = seqlen_k
+        self.total_rows = total_rows
+        self.kv_rows = kv_rows
+        self.kv_len_cap = kv_len_cap
+        self.num_heads = num_heads
+        self.num_heads_k = num_heads_k
+        self.window_right = window_right
+        self.per_head = per_head
+        self.count = count
+
+    @gluon.jit
+    def at(self, i, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+        """Block i: its sequence, head, k/v head, bounds, fault bits, first row, diagonal offset,
+        key tiles, and index within its (sequence, head) (0: the first rows), as `_block` and
+        `attn_fwd_tma_ws` find them for a program of their grid."""
+        m = self.per_head - 1 - i % self.per_head
+        bh = i // self.per_head
+        b = bh // self.num_heads
+        head = bh % self.num_heads
+        head_k = head // (self.num_heads // self.num_heads_k)
+        q_start, q_len, k_start, k_len, fault = _bounds(self.CuSeqQ, self.CuSeqK, b, self.is_varlen, self.seqlen_q,
+                                                        self.seqlen_k, self.total_rows, self.kv_rows,
+                                                        self.kv_len_cap)
+        start_m = m * BLOCK_M
+        diag = gl.where(self.window_right >= 0, k_len - q_len + self.window_right, k_len)
+        hi = gl.minimum(k_len, start_m + BLOCK_M + diag)
+        n_tiles = gl.maximum((hi + BLOCK_N - 1) // BLOCK_N, 1)
+        return b, head, head_k, q_start, q_len, k_start, k_len, fault, start_m, diag, n_tiles, m
+
+
+@gluon.jit
+def _walk_load(sh, q_empty, blocks, q_desc, k_desc, v_desc, Fault, stride_qh, stride_kh, stride_vh, q_batch_rows,
+               k_batch_rows, v_batch_rows):
+    """The walking program's loader, block after block: Q's halves once the consumers freed that
+    Q buffer pair, then the block's key tiles, the ring counted across blocks. Reports each
+    sequence's faults once."""
+    HALF: gl.constexpr = sh.q_halves.shape[1]
+    BLOCK_N: gl.constexpr = sh.k_ring.shape[1]
+    ring = 0
+    done = 0
+    for i in range(gl.program_id(0), blocks.count, gl.num_programs(0)):
+        b, head, head_k, q_start, q_len, k_start, k_len, fault, start_m, diag, n_tiles, m = blocks.at(
+            i, 2 * HALF, BLOCK_N)
+        if (fault != 0) & (m == 0) & (head == 0):
+            gl.atomic_or(Fault, fault, sem="relaxed", scope="sys")
+        if start_m < q_len:
+            slot = (done % 2) * 2
+            for h in gl.static_range(2):
+                mbarrier.wait(q_empty.index(slot + h), ((done // 2) & 1) ^ 1)
+            _load_q(sh, q_desc, slot, q_start + b * q_batch_rows + start_m, head * stride_qh)
+            _load_kv(sh, k_desc, v_desc, ring, k_start + b * k_batch_rows, k_start + b * v_batch_rows,
+                     head_k * stride_kh, head_k * stride_vh, n_tiles)
+            ring += n_tiles
+            done += 1
+
+
+@gluon.jit
+def _walk_consume(sh, q_empty, blocks, Out, Lse, sm_scale, stride_lb, stride_lh, h: gl.constexpr):
+    """Consumer `h` of the walking program, block after block: its half's rows, outputs and LSEs;
+    then it frees its Q buffer for the loader."""
+    HALF: gl.constexpr = sh.q_halves.shape[1]
+    HEAD_D: gl.constexpr = sh.q_halves.shape[2]
+    BLOCK_N: gl.constexpr = sh.k_ring.shape[1]
+    s_layout: gl.constexpr = _mma_layout(BLOCK_N, gl.num_warps())
+    o_layout: gl.constexpr = _mma_layout(HEAD_D, gl.num_warps())
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    qk_scale = sm_scale * LOG2E
+    ring = 0
+    done = 0
+    for i in range(gl.program_id(0), blocks.count, gl.num_programs(0)):
+        b, head, head_k, q_start, q_len, k_start, k_len, fault, start_m, diag, n_tiles, m = blocks.at(
+            i, 2 * HALF, BLOCK_N)
+        if start_m < q_len:
+            buf = (done % 2) * 2 + h
+            q_h = sh.q_halves.index(buf)
+            start = start_m + h * HALF
+            n_full = _full_tiles(start, diag, k_len, blocks.window_right, BLOCK_N)
+            mbarrier.wait(sh.q_bars.index(buf), (done // 2) & 1)
+            acc, m_i, l_i = _attend(sh, q_h, ring, qk_scale, start, k_len, diag, n_full, n_tiles, h, True, s_layout,
+                                    o_layout, p_layout)
+            _store_block(acc, m_i, l_i, qk_scale, q_h, Out, Lse, b, head, q_start, q_len, start, blocks.is_varlen,
+                         blocks.seqlen_q, stride_lb, stride_lh, blocks.num_heads, s_layout, o_layout)
+            # Every warp has read the buffer back (`_store_block`): the loader may refill it.
+            gl.thread_barrier()
+            mbarrier.arrive(q_empty.index(buf), count=1)
+            ring += n_tiles
+            done += 1
+
+
+@gluon.jit
+def _walk_first(sh, q_empty, blocks, Out, Lse, sm_scale, stride_lb, stride_lh):
+    _walk_consume(sh, q_empty, blocks, Out, Lse, sm_scale, stride_lb, stride_lh, 0)
+
+
+@gluon.jit
+def _walk_second(sh, q_empty, blocks, Out, Lse, sm_scale, stride_lb, stride_lh):
+    _walk_consume(sh, q_empty, blocks, Out, Lse, sm_scale, stride_lb, stride_lh, 1)
+
+
+@gluon.jit
+def attn_fwd_tma_walk(
+    q_desc, k_desc, v_desc,
+    Out, Lse, CuSeqQ, CuSeqK, Fault,
+    sm_scale,
+    stride_qh, stride_kh, stride_vh,
+    q_batch_rows, k_batch_rows, v_batch_rows,
+    stride_lb, stride_lh,
+    is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap,
+    num_heads, num_heads_k, window_right, batch,
+    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr,
+):
+    """attn_fwd_tma_ws's contract and partitions, over any 1-D grid (one program per SM): program
+    p takes the blocks p, p + programs, ... of `Blocks`' order, with two Q buffer pairs."""
+    HALF: gl.constexpr = BLOCK_M // 2
+    per_head = (seqlen_q + BLOCK_M - 1) // BLOCK_M
+    blocks = Blocks(CuSeqQ, CuSeqK, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads,
+                    num_heads_k, window_right, per_head, per_head * batch * num_heads)
+    sh = _allocate(q_desc, k_desc, v_desc, 4, HALF, BLOCK_N, HEAD_D, STAGES)
+    q_empty = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(4):
+        mbarrier.init(q_empty.index(i), count=1)
+    fence_async_shared()
+
+    gl.warp_specialize([
+        (_walk_first, (sh, q_empty, blocks, Out, Lse, sm_scale, stride_lb, stride_lh)),
+        (_walk_second, (sh, q_empty, blocks, Out, Lse, sm_scale, stride_lb, stride_lh)),
+        (_walk_load, (sh, q_empty, blocks, q_desc, k_desc, v_desc, Fault, stride_qh, stride_kh, stride_vh,
+                      q_batch_rows, k_batch_rows, v_batch_rows)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])

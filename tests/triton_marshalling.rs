@@ -36,6 +36,7 @@ fn argument_structs_follow_the_kernel_signatures() {
     assert_eq!(TmaFwdArgs::PARAMS, kernel_params("attention_tma.py", "attn_fwd_tma"));
     // The warp-specialized kernel takes the same arguments (one launch path for both).
     assert_eq!(TmaFwdArgs::PARAMS, kernel_params("attention_ws.py", "attn_fwd_tma_ws"));
+    assert_eq!(TmaFwdArgs::PARAMS, kernel_params("attention_ws.py", "attn_fwd_tma_walk"));
     assert_eq!(FwdArgs::default().values().len(), FwdArgs::PARAMS.len());
     assert_eq!(MergeArgs::default().values().len(), MergeArgs::PARAMS.len());
     // Each descriptor goes as Triton lowers it: the map, then the view's two sizes and strides.
@@ -50,7 +51,7 @@ fn argument_structs_follow_the_kernel_signatures() {
 fn image(tile: Tile, family: Family, block_d: u32, even_d: bool, paged: bool, extras: bool) -> KernelImage {
     let (block_m, block_n) = match tile {
         Tile::Prefill | Tile::PrefillShort => (64, 32),
-        Tile::PrefillWs => (128, 128),
+        Tile::PrefillWs | Tile::PrefillWalk => (128, 128),
         Tile::Decode => (16, 64),
         Tile::DecodeBatch => (16, 32),
         Tile::Merge => (1, 16),

@@ -17,7 +17,7 @@ const H100_SMS: usize = 132;
 fn sm90_image(family: Family, tile: Tile, block_d: u32, paged: bool, extras: bool) -> KernelImage {
     let (block_m, block_n, threads) = match (family, tile) {
         (Family::FwdTma, Tile::PrefillShort) => (64, 32, 128),
-        (Family::FwdTma, Tile::PrefillWs) => (128, if block_d == 256 { 64 } else { 128 }, 384),
+        (Family::FwdTma, Tile::PrefillWs | Tile::PrefillWalk) => (128, if block_d == 256 { 64 } else { 128 }, 384),
         (Family::FwdTma, _) if block_d == 256 => (128, 64, 256),
         (Family::FwdTma, _) => (64, 64, 128),
         (_, Tile::Decode) => (16, 128, 128),
@@ -47,8 +47,8 @@ fn sm90_image(family: Family, tile: Tile, block_d: u32, paged: bool, extras: boo
 
 /// sm_90's f16 kernels at exact head dims 64, 96 (as 128's padded tile would: here an exact
 /// 96 image that has no TMA twin), 128 and 256, with TMA images at 64, 128 and 256 (128 rows at
-/// 256, as kernels/aot.py builds them), of the warp-specialized class there too and of the short
-/// class at 128 and 256.
+/// 256, as kernels/aot.py builds them), of the warp-specialized class there too, of the short
+/// class at 128 and 256 and of the walking class at 128.
 fn sm90_images() -> &'static [KernelImage] {
     let mut all = Vec::new();
     for block_d in [64, 96, 128, 256] {
@@ -63,6 +63,9 @@ fn sm90_images() -> &'static [KernelImage] {
         }
         if block_d >= 128 {
             all.push(sm90_image(Family::FwdTma, Tile::PrefillShort, block_d, false, false));
+        }
+        if block_d == 128 {
+            all.push(sm90_image(Family::FwdTma, Tile::PrefillWalk, block_d, false, false));
         }
     }
     Box::leak(all.into_boxed_slice())
@@ -83,15 +86,16 @@ fn request(window: (Option<usize>, Option<usize>), softcap: Option<f32>) -> Requ
 /// short class at d = 256, at d = 64 past 2048 keys, or 4096 with a diagonal; else the prefill
 /// class, which takes at most those 2048 / 4096 keys at d = 64 and 128): the
 /// plan launches it exactly when it serves and its grid, one program per query block of each
-/// sequence and query head, fills the device (it does not split the keys); unsplit.
+/// sequence and query head, fills the device (it does not split the keys); unsplit. The
+/// walking class launches one program per SM instead, each walking the blocks.
 #[test]
 fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
     let mut rng = common::rng("prompts_take_the_tma_kernel_exactly_when_it_serves_them");
-    let (mut taken, mut small, mut shorts, mut specialized) = (0, 0, 0, 0);
+    let (mut taken, mut small, mut shorts, mut specialized, mut walking) = (0, 0, 0, 0, 0);
     for _ in 0..1000 {
         let b = rng.gen_range(1..5);
         let s_q = [1, 16, 63, 64, 100, 300, 1100][rng.gen_range(0..7)];
-        let s_k = [1, 64, 256, 257, 511, 512, 513, 1024, 1025, 2048, 2049, 4096, 4097, 9000][rng.gen_range(0..14)];
+        let s_k = [1, 64, 255, 256, 257, 511, 512, 513, 767, 768, 1024, 1025, 2048, 2049, 4096, 4097, 9000][rng.gen_range(0..17)];
         let d = [64, 96, 128, 256][rng.gen_range(0..4)];
         let h_k = rng.gen_range(1..4);
         let h = h_k * rng.gen_range(1..4);
@@ -111,6 +115,7 @@ fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
         let diagonal = diagonal && window.1.is_some_and(|right| right <= s_k);
         let max_keys = common::tma_rule::prefill_keys(d, diagonal);
         let (short, ws) = common::tma_rule::short_and_ws(d, diagonal, s_k);
+        let walks = common::tma_rule::walks(d, diagonal, s_k);
         // A left window wider than the keys is no window.
         let left_bounds = left && 30 < s_k;
         let serves = (d == 64 || d == 128 || d == 256)
@@ -122,14 +127,15 @@ fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
         let kernels = select(&call, "sm_90", H100, sm90_images()).unwrap();
         assert_eq!(kernels.tma.is_some(), serves, "b {b} s_q {s_q} s_k {s_k} d {d} h {h}/{h_k} {window:?} {softcap:?} {heads_across_rows}");
         if let Some(tma) = kernels.tma {
-            let class = match (short, ws) {
-                (true, _) => Tile::PrefillShort,
-                (false, true) => Tile::PrefillWs,
-                (false, false) => Tile::Prefill,
+            let class = match (walks, short, ws) {
+                (true, _, _) => Tile::PrefillWalk,
+                (false, true, _) => Tile::PrefillShort,
+                (false, false, true) => Tile::PrefillWs,
+                (false, false, false) => Tile::Prefill,
             };
             assert_eq!(tma.tile, class, "s_k {s_k} d {d} {window:?}");
         }
-        let block_m = match (d, short, ws) {
+        let block_m = match (d, short, ws || walks) {
             (_, false, true) | (256, false, _) => 128,
             _ => 64,
         };
@@ -140,18 +146,49 @@ fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
         let launches_tma = plan.kernels.fwd.family == Family::FwdTma;
         assert_eq!(launches_tma, serves && fills, "s_q {s_q} s_k {s_k} d {d} b {b} h {h}");
         if launches_tma {
-            assert_eq!(plan.grid, [s_q.div_ceil(block_m) as u32, (b * h) as u32, 1]);
+            let grid = match walks {
+                true => [units as u32, 1, 1],
+                false => [s_q.div_ceil(block_m) as u32, (b * h) as u32, 1],
+            };
+            assert_eq!(plan.grid, grid, "s_q {s_q} s_k {s_k} d {d} b {b} h {h} {window:?}");
             assert_eq!((plan.num_splits, plan.scratch_lens(&call)), (1, (0, 0)));
             taken += 1;
+            walking += walks as usize;
         }
         small += (serves && !fills) as usize;
         shorts += (serves && short) as usize;
         specialized += (serves && ws) as usize;
     }
     assert!(
-        taken > 20 && small > 5 && shorts > 20 && specialized > 20,
-        "{taken} calls took the TMA kernel, {small} served ones had small grids, {shorts} its short class, {specialized} its warp-specialized one"
+        taken > 20 && small > 5 && shorts > 20 && specialized > 20 && walking > 0,
+        "{taken} calls took the TMA kernel, {small} served ones had small grids, {shorts} its short class, {specialized} its warp-specialized one, {walking} its walking one"
     );
+}
+
+/// The walking class's grid on devices of 16 to 132 SMs, for prompts of 256 to 767 keys at
+/// d = 128 that fill them: one program per SM (each walks query blocks); causal calls and other
+/// head dims keep one program per block, in their own classes.
+#[test]
+fn the_walking_class_launches_one_program_per_sm() {
+    let mut rng = common::rng("the_walking_class_launches_one_program_per_sm");
+    for _ in 0..200 {
+        let d = [64, 128, 256][rng.gen_range(0..3)];
+        let causal = rng.gen_range(0..2) == 1;
+        let (b, h) = (rng.gen_range(4..9), rng.gen_range(16..33));
+        let s = rng.gen_range(256..768);
+        let q = zeros(&[b, s, h, d]);
+        let window = if causal { (None, Some(0)) } else { (None, None) };
+        let call = AttnCall::new(&request(window, None), [DType::F16; 3], q.layout(), q.layout(), q.layout()).unwrap();
+        let units = [16, 66, H100_SMS][rng.gen_range(0..3)];
+        let plan = Plan::new(&call, select(&call, "sm_90", H100, sm90_images()).unwrap(), units).unwrap();
+        let tile = plan.kernels.fwd.tile;
+        assert_eq!(tile == Tile::PrefillWalk, d == 128 && !causal, "d {d} s {s} causal {causal}: {tile:?}");
+        let grid = match tile {
+            Tile::PrefillWalk => [units as u32, 1, 1],
+            _ => [s.div_ceil(plan.kernels.fwd.block_m as usize) as u32, (b * h) as u32, 1],
+        };
+        assert_eq!(plan.grid, grid, "d {d} b {b} s {s} h {h} causal {causal} units {units}");
+    }
 }
 
 /// Element (b, s, h, e) of a tensor read through its view: view row `b * batch_rows + s`, column

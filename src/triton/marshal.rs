@@ -57,9 +57,14 @@ impl Plan {
             let blocks_m = if call.total_q == 0 { 0 } else { call.max_seqlen_q.div_ceil(tma.fwd.block_m as usize) };
             let heads = call.batch * call.num_heads;
             if blocks_m * heads >= units {
+                let grid = match tma.fwd.tile {
+                    // One program per SM, walking the blocks (kernels/attention_ws.py).
+                    Tile::PrefillWalk => [u32_of("programs", units)?, 1, 1],
+                    _ => [u32_of("query blocks", blocks_m)?, u32_of("batch x heads", heads)?, 1],
+                };
                 return Ok(Self {
                     kernels: tma,
-                    grid: [u32_of("query blocks", blocks_m)?, u32_of("batch x heads", heads)?, 1],
+                    grid,
                     num_splits: 1,
                     split_len: call.max_seqlen_k.max(1).next_multiple_of(tma.fwd.block_n as usize),
                     merge_grid: [0, 0, 1],

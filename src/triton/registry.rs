@@ -8,8 +8,9 @@ pub enum Family {
     Fwd,
     /// `attn_merge`: combines the key splits.
     Merge,
-    /// `attn_fwd_tma` (kernels/attention_tma.py) or, of class [`Tile::PrefillWs`],
-    /// `attn_fwd_tma_ws` (kernels/attention_ws.py), sm_90: the attention of plain unsplit calls,
+    /// `attn_fwd_tma` (kernels/attention_tma.py) or, of classes [`Tile::PrefillWs`] and
+    /// [`Tile::PrefillWalk`], `attn_fwd_tma_ws` and `attn_fwd_tma_walk` (kernels/attention_ws.py),
+    /// sm_90: the attention of plain unsplit calls,
     /// reading q, k and v through TMA descriptors ([`super::tma`]).
     FwdTma,
 }
@@ -33,6 +34,10 @@ pub enum Tile {
     /// query blocks split between two consumer warpgroups that share the K/V tiles a loader warp
     /// brings in; for prompts of many key tiles ([`super::tma::ws_keys`]).
     PrefillWs,
+    /// The warp-specialized kernel's walking twin (`attn_fwd_tma_walk`, [`Family::FwdTma`] only):
+    /// one program per SM walks the query blocks, its loader running ahead into the next one;
+    /// for prompts of a few key tiles per block ([`super::tma::walk_keys`]).
+    PrefillWalk,
     /// `attn_merge` images.
     Merge,
 }

@@ -35,6 +35,8 @@ pub fn short_keys(head_dim: usize, diagonal: bool) -> usize {
     match (head_dim, diagonal) {
         (256, true) => 512,
         (256, false) => 0,
+        // Below the walking class ([`walk_keys`]).
+        (128, false) => walk_keys(128, false).start - 1,
         _ => 256,
     }
 }
@@ -43,7 +45,8 @@ pub fn short_keys(head_dim: usize, diagonal: bool) -> usize {
 /// (kernels/attention_ws.py, 128-row blocks, each K/V tile loaded once for two consumer
 /// warpgroups), where built: prompts of many key tiles per block, where it beat the prefill class
 /// on an H200 (`bench_gpu`, TFLOP/s, median of two turns, f16 / bf16, against the prefill class;
-/// docs/bench-gpu-h200.md): d = 128 32 x 512 non-causal 400 / 402 against 370 / 400, causal 8 x
+/// docs/bench-gpu-h200.md): d = 128 32 x 512 non-causal 400 / 402 against 370 / 400 (the
+/// walking class now takes that: [`walk_keys`]), causal 8 x
 /// 2048 444 / 472 against 405 / 454 (16 x 1024 causal 341 / 353 against 358 / 377: slower), 1 x
 /// 16384 605 / 631 against 499 / 507 (where the `tl` kernels ran before); d = 256 32 x 512 465 /
 /// 482 against 439 / 439 (64 x 256: level). At d = 64 (128x128 tiles, 3 stages) only past the
@@ -62,11 +65,35 @@ pub fn ws_keys(head_dim: usize, diagonal: bool) -> usize {
     }
 }
 
+/// Keys for which a call of head dim `head_dim` takes the walking class (kernels/attention_ws.py
+/// `attn_fwd_tma_walk`: the warp-specialized kernel with one program per SM walking the query
+/// blocks), where built: prompts of 2 to 5 key tiles per 128-row block at d = 128 without a
+/// diagonal, whose programs' start and end it overlaps with the neighbouring blocks' work. On an
+/// H200 (`bench_gpu`, 16 heads, f16 / bf16, against what ran them before in the same run, three
+/// runs; docs/bench-gpu-h200.md): 64 x 256 1.02-1.18x / 1.04-1.13x (the short class ran it), 32 x
+/// 512 1.12-1.21x / 1.06-1.11x (the warp-specialized class); 24 x 768 1.00x / 0.98x, and walking
+/// every length, 16 x 1024 0.98x and 8 x 2048 0.91x (f16). With a diagonal the blocks' work is
+/// uneven, which a static walk balances worse than one program per block (JIT, causal 64 x 256:
+/// 127 against 142 TFLOP/s).
+pub fn walk_keys(head_dim: usize, diagonal: bool) -> std::ops::Range<usize> {
+    match (head_dim, diagonal) {
+        (128, false) => 256..768,
+        _ => 0..0,
+    }
+}
+
 /// The TMA classes that serve a call of head dim `head_dim` with `keys` keys, with or without a
 /// diagonal, fastest first ([`super::select()`] takes the first one built): the short class for
-/// few keys, the warp-specialized one for many, the prefill class up to [`max_keys`].
+/// few keys, the walking one for a few tiles more, the warp-specialized one for many, the
+/// prefill class up to [`max_keys`].
 pub fn classes(head_dim: usize, diagonal: bool, keys: usize) -> &'static [Tile] {
     let prefill = keys <= max_keys(head_dim, diagonal);
+    if walk_keys(head_dim, diagonal).contains(&keys) {
+        return match keys >= ws_keys(head_dim, diagonal) {
+            true => &[Tile::PrefillWalk, Tile::PrefillWs, Tile::Prefill],
+            false => &[Tile::PrefillWalk, Tile::Prefill],
+        };
+    }
     match (keys <= short_keys(head_dim, diagonal), keys >= ws_keys(head_dim, diagonal), prefill) {
         (true, _, _) => &[Tile::PrefillShort, Tile::Prefill],
         (false, true, true) => &[Tile::PrefillWs, Tile::Prefill],
@@ -80,7 +107,7 @@ pub fn classes(head_dim: usize, diagonal: bool, keys: usize) -> &'static [Tile] 
 /// of the warp-specialized class loads (kernels/aot.py's tma_q_rows).
 pub fn q_box_rows(image: &KernelImage) -> u32 {
     match image.tile {
-        Tile::PrefillWs => image.block_m / 2,
+        Tile::PrefillWs | Tile::PrefillWalk => image.block_m / 2,
         _ => image.block_m,
     }
 }
@@ -264,5 +291,6 @@ pub fn tma_args(call: &AttnCall, fwd: &FwdArgs, views: &[TiledView; 3], maps: [T
         num_heads: fwd.num_heads,
         num_heads_k: fwd.num_heads_k,
         window_right: fwd.window_right,
+        batch: int("batch", call.batch)?,
     })
 }

@@ -18,7 +18,7 @@ pub fn prefill_keys(d: usize, diagonal: bool) -> usize {
 /// at d = 256; at d = 64 past the prefill class), where built.
 pub fn short_and_ws(d: usize, diagonal: bool, s_k: usize) -> (bool, bool) {
     let short = match d {
-        128 => s_k <= 256,
+        128 => s_k <= 256 && !walks(d, diagonal, s_k),
         256 => diagonal && s_k <= 512,
         _ => false,
     };
@@ -30,4 +30,11 @@ pub fn short_and_ws(d: usize, diagonal: bool, s_k: usize) -> (bool, bool) {
         _ => false,
     };
     (short, ws)
+}
+
+/// Whether a call of head dim `d` with `s_k` keys takes the walking class (one program per SM
+/// walking the query blocks) where built: d = 128 without a diagonal, 256 to 767 keys. It comes
+/// before the short and warp-specialized classes.
+pub fn walks(d: usize, diagonal: bool, s_k: usize) -> bool {
+    d == 128 && !diagonal && (256..768).contains(&s_k)
 }

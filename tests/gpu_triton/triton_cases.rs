@@ -353,6 +353,10 @@ pub fn tma_prompts_match_cpu() {
         (2, 150, 300, 4, 2, 256, NONE, false, true),
         (1, 130, 2100, 4, 2, 256, CAUSAL, false, true),
         (2, 300, 517, 4, 2, 128, NONE, false, true),
+        // The walking class (d = 128, no diagonal, 256 to 1023 keys): one program per SM, each
+        // walking two or three blocks, with a ragged last key tile; more queries than keys.
+        (6, 700, 700, 8, 2, 128, NONE, false, true),
+        (4, 900, 300, 8, 4, 128, NONE, false, true),
         (1, 2200, 2200, 4, 1, 128, CAUSAL, false, true),
         (1, 130, 2100, 4, 2, 128, CAUSAL, false, true),
         (1, 300, 2100, 4, 2, 128, (None, Some(5)), false, true),
@@ -384,6 +388,9 @@ pub fn tma_prompts_match_cpu() {
         assert_eq!(tma, serves && has_tma(&chosen.target, d, Tile::Prefill), "{c:?} ran {} on {}", chosen.variant, chosen.target);
         // Every right window here is within the keys: a diagonal.
         let (short, ws) = crate::common::tma_rule::short_and_ws(d, window.1.is_some(), s_k);
+        let walks = crate::common::tma_rule::walks(d, window.1.is_some(), s_k) && has_tma(&chosen.target, d, Tile::PrefillWalk);
+        assert_eq!(chosen.variant.starts_with("fwd_tma_walk_"), tma && walks, "{c:?} ran {}", chosen.variant);
+        let (short, ws) = (short && !walks, ws && !walks);
         let short_built = has_tma(&chosen.target, d, Tile::PrefillShort);
         assert_eq!(chosen.variant.starts_with("fwd_tma_short_"), tma && short && short_built, "{c:?} ran {}", chosen.variant);
         let ws_built = has_tma(&chosen.target, d, Tile::PrefillWs);
@@ -393,7 +400,8 @@ pub fn tma_prompts_match_cpu() {
         });
     }
     // 7 sequences of up to 200 queries, 6 heads: 168 programs, enough for an H100 or H200; then
-    // up to 600 queries and 700 keys (the warp-specialized class at d = 128: 210 programs).
+    // up to 600 queries and 700 keys (the walking class at d = 128: 210 blocks for one program
+    // per SM).
     let short_lens = [(150, 150), (1, 1), (77, 120), (0, 9), (130, 130), (64, 0), (200, 129)];
     let long_lens = [(600, 600), (1, 1), (77, 520), (0, 9), (130, 700), (64, 0), (300, 129)];
     for (n, (d, window, lens, block_m)) in [(128, CAUSAL, short_lens, 64), (64, NONE, short_lens, 64), (128, NONE, long_lens, 128)]
@@ -407,10 +415,10 @@ pub fn tma_prompts_match_cpu() {
         let (sq, sk) = r.seqlens();
         let s = calls::Seqlens { q: &sq, k: &sk, max_q, max_k };
         let chosen = fa::explain(|| fa::triton::offload::run_on_gpu(driver, || calls::varlen(&r.q, &r.k, &r.v, &s, fv))).unwrap();
-        let class = if block_m == 128 { Tile::PrefillWs } else { Tile::Prefill };
+        let class = if block_m == 128 { Tile::PrefillWalk } else { Tile::Prefill };
         let fills = max_q.div_ceil(block_m) * lens.len() * 6 >= units;
         assert_eq!(chosen.variant.starts_with("fwd_tma_"), has_tma(&chosen.target, d, class) && fills, "varlen ran {}", chosen.variant);
-        assert_eq!(chosen.variant.starts_with("fwd_tma_ws_"), class == Tile::PrefillWs && has_tma(&chosen.target, d, class));
+        assert_eq!(chosen.variant.starts_with("fwd_tma_walk_"), class == Tile::PrefillWalk && has_tma(&chosen.target, d, class));
         check_lse_variant(&format!("varlen d = {d} {window:?} up to {max_k} keys"), &cpu, &[&r.q, &r.k, &r.v, &sq, &sk], &exp, false, |a| {
             let s = calls::Seqlens { q: &a[3], k: &a[4], max_q, max_k };
             with_lse(calls::varlen_with_lse(&a[0], &a[1], &a[2], &s, fv))

@@ -221,14 +221,16 @@ class BufferTwinTest(unittest.TestCase):
             self.assertEqual({f["block_d"] for _, f in own_class}, dims, tile)
             self.assertTrue(all(n.endswith("_flat") and not f["paged"] and not f["extras"] for n, f in own_class))
         # and the TMA kernels (attention_tma.py, attention_ws.py): exact head dims 64, 128 and 256,
-        # both dtypes; the short class at 128 and 256, the warp-specialized one at all three.
+        # both dtypes; the short class at 128 and 256, the warp-specialized one at all three, its
+        # walking twin at 128.
         tma = {n: f["tile"] for n, family, f in sm90 if family == "fwd_tma"}
         self.assertEqual(tma, {**{f"fwd_tma_{dt}_d{d}": "prefill" for dt in ("fp16", "bf16") for d in (64, 128, 256)},
                                **{f"fwd_tma_short_{dt}_d{d}": "prefill_short" for dt in ("fp16", "bf16") for d in (128, 256)},
-                               **{f"fwd_tma_ws_{dt}_d{d}": "prefill_ws" for dt in ("fp16", "bf16") for d in (64, 128, 256)}})
+                               **{f"fwd_tma_ws_{dt}_d{d}": "prefill_ws" for dt in ("fp16", "bf16") for d in (64, 128, 256)},
+                               **{f"fwd_tma_walk_{dt}_d128": "prefill_walk" for dt in ("fp16", "bf16")}})
         # Its q boxes are half its 128-row block.
         self.assertEqual([aot.tma_q_rows(tile, aot.TMA_TILES[("sm90", tile)][128][0]) for tile in aot.TMA_CLASSES],
-                         [64, 64, 64])
+                         [64, 64, 64, 64])
         for target in ("sm_80", "sm_86", "gfx942", "gfx1100", "gfx1201", "gfx1030"):
             self.assertFalse([n for n, family, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target)
                               if "_prefill_short_" in n or "_decode_batch_" in n or family == "fwd_tma"])

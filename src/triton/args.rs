@@ -202,7 +202,7 @@ kernel_args! {
         num_heads_k: i32 = "num_heads_k",
         /// Keys right of the diagonal a query sees; -1: unbounded (no diagonal).
         window_right: i32 = "window_right",
-        /// The sequences (the warp-specialized kernel's programs walk batch x heads x blocks).
+        /// The sequences (the walking kernel's programs walk batch x heads x blocks).
         batch: i32 = "batch",
     }
 }

@@ -67,7 +67,7 @@ pub fn ws_keys(head_dim: usize, diagonal: bool) -> usize {
 
 /// Keys for which a call of head dim `head_dim` takes the walking class (kernels/attention_ws.py
 /// `attn_fwd_tma_walk`: the warp-specialized kernel with one program per SM walking the query
-/// blocks), where built: prompts of 2 to 5 key tiles per 128-row block at d = 128 without a
+/// blocks), where built: prompts of 2 to 6 key tiles per 128-row block at d = 128 without a
 /// diagonal, whose programs' start and end it overlaps with the neighbouring blocks' work. On an
 /// H200 (`bench_gpu`, 16 heads, f16 / bf16, against what ran them before in the same run, three
 /// runs; docs/bench-gpu-h200.md): 64 x 256 1.02-1.18x / 1.04-1.13x (the short class ran it), 32 x

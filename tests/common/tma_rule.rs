@@ -13,7 +13,7 @@ pub fn prefill_keys(d: usize, diagonal: bool) -> usize {
 }
 
 /// Whether a call of head dim `d` with `s_k` keys takes the short class (at most 256 keys at
-/// d = 128, 512 at d = 256 with a diagonal) and whether the warp-specialized one (at d = 128 and
+/// d = 128 where the walking class does not take them, 512 at d = 256 with a diagonal) and whether the warp-specialized one (at d = 128 and
 /// 256 from 512 keys without a diagonal, from 2048 with one at d = 128 and past the short class
 /// at d = 256; at d = 64 past the prefill class), where built.
 pub fn short_and_ws(d: usize, diagonal: bool, s_k: usize) -> (bool, bool) {

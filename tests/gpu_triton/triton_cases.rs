@@ -353,7 +353,7 @@ pub fn tma_prompts_match_cpu() {
         (2, 150, 300, 4, 2, 256, NONE, false, true),
         (1, 130, 2100, 4, 2, 256, CAUSAL, false, true),
         (2, 300, 517, 4, 2, 128, NONE, false, true),
-        // The walking class (d = 128, no diagonal, 256 to 1023 keys): one program per SM, each
+        // The walking class (d = 128, no diagonal, 256 to 767 keys): one program per SM, each
         // walking two or three blocks, with a ragged last key tile; more queries than keys.
         (6, 700, 700, 8, 2, 128, NONE, false, true),
         (4, 900, 300, 8, 4, 128, NONE, false, true),

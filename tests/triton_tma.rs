@@ -92,7 +92,7 @@ fn request(window: (Option<usize>, Option<usize>), softcap: Option<f32>) -> Requ
 fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
     let mut rng = common::rng("prompts_take_the_tma_kernel_exactly_when_it_serves_them");
     let (mut taken, mut small, mut shorts, mut specialized, mut walking) = (0, 0, 0, 0, 0);
-    for _ in 0..1000 {
+    for _ in 0..4000 {
         let b = rng.gen_range(1..5);
         let s_q = [1, 16, 63, 64, 100, 300, 1100][rng.gen_range(0..7)];
         let s_k = [1, 64, 255, 256, 257, 511, 512, 513, 767, 768, 1024, 1025, 2048, 2049, 4096, 4097, 9000][rng.gen_range(0..17)];

@@ -245,8 +245,9 @@ TILES = {
 # (d = 128 64 x 256 non-causal +2%, 8 x 2048 causal +1.5%).
 #
 # The warp-specialized class (attention_ws.attn_fwd_tma_ws, "prefill_ws"): 128 query rows per
-# program, each half one consumer warpgroup's (num_warps is a consumer's), a loader warp; maxnreg
-# WS_MAXNREG for its 12 warps. Measured on an H200 (JIT, the same setup; f16, TFLOP/s, against
+# program (192 at d = 64, below), each 64 one consumer warpgroup's (num_warps is a consumer's), a
+# loader warp; maxnreg
+# `ws_maxnreg` for its warps. Measured on an H200 (JIT, the same setup; f16, TFLOP/s, against
 # attn_fwd_tma's tile of the prefill class, non-causal / causal): d = 128 128x128 x 2 stages at
 # 32 x 512 378 / 227 against 350 / 257, 16 x 1024 462 / 330 against 404 / 324, 1 x 16384 585 /
 # 569 against 480 / 481 (3 stages or 128x64 slower on all rows but one); d = 256 128x64 at 64 x 256
@@ -256,23 +257,43 @@ TILES = {
 # (2 stages 1-4% slower from 4096 keys; 128x64 and 128x256 slower everywhere, 128x256 spills), so
 # only past the prefill class's keys, where the `tl` kernels ran.
 # Its walking twin (attention_ws.attn_fwd_tma_walk, "prefill_walk": one program per SM walking the
-# blocks) at d = 128 only, the ws tile; src/triton/tma.rs `walk_keys` has its figures.
+# blocks) at d = 128 only; src/triton/tma.rs `walk_keys` has its figures. 128x64 x 4 stages (two Q
+# buffer pairs, 192 KiB) against the ws tile (128x128 x 2) on an H200 (JIT, the same setup, three
+# alternating turns, f16 / bf16, non-causal): 64 x 256 341 / 361 against 319 / 335, 32 x 512
+# 420 / 433 against 407 / 421, 24 x 768 457 / 470 against 457 / 470; 5 stages (224 KiB) level at
+# 64 x 256 and 2-3% slower from 512 keys; 128x128 x 3 stages with one Q buffer pair 2-9% slower
+# than the ws tile. At d = 64 the ws class takes 192-row blocks, three consumers (their registers
+# fit: 160 each), against 128 x 128 x 3 stages (JIT, the same setup, two alternating turns, f16 /
+# bf16, TFLOP/s): 192x128 x 4 stages at 4 x 4096 416 / 427 against 394 / 402, 2 x 8192 449 / 460
+# against 414 / 425, 1 x 16384 466 / 477 against 434 / 447, causal 2 x 8192 403 / 412 against 387 /
+# 398; 3 stages 1-3% slower than 4, 192x64 x 6 below the two-consumer tile. (Causal 4 x 4096,
+# which the prefill class takes, 344 / 351 against 356 / 364.)
 TMA_TILES = {
     ("sm90", "prefill"): {64: (64, 64, 4, 2), 128: (64, 64, 4, 2), 256: (128, 64, 8, 2)},
     ("sm90", "prefill_short"): {128: (64, 32, 4, 2), 256: (64, 32, 4, 2)},
-    ("sm90", "prefill_ws"): {64: (128, 128, 4, 3), 128: (128, 128, 4, 2), 256: (128, 64, 4, 2)},
-    ("sm90", "prefill_walk"): {128: (128, 128, 4, 2)},
+    ("sm90", "prefill_ws"): {64: (192, 128, 4, 4), 128: (128, 128, 4, 2), 256: (128, 64, 4, 2)},
+    ("sm90", "prefill_walk"): {128: (128, 64, 4, 4)},
 }
-# Registers per thread the warp-specialized kernel is compiled with: 65,536 / (12 warps x 32),
-# rounded down to the multiple of 8 that setmaxnreg counts in; attention_ws.py moves them to the
-# consumers.
-WS_MAXNREG = 168
+# Query rows of each consumer warpgroup of the warp-specialized classes (attention_ws.py's ROWS):
+# a block of BLOCK_M rows has BLOCK_M / CONSUMER_ROWS consumers, and q's descriptor box these rows.
+CONSUMER_ROWS = 64
+
+
+def ws_maxnreg(block_m):
+    """Registers per thread a warp-specialized kernel is compiled with: 65,536 / its warps x 32
+    (four per consumer, a loader warpgroup's four), rounded down to the multiple of 8 that
+    setmaxnreg counts in (168 for two consumers, 128 for three); attention_ws.py moves them to the
+    consumers."""
+    warps = (block_m // CONSUMER_ROWS + 1) * 4
+    return 65536 // (warps * 32) // 8 * 8
+
+
 # The TMA classes, their kernels and variant-name infixes.
 TMA_CLASSES = {"prefill": ("attention_tma", "attn_fwd_tma", ""),
                "prefill_short": ("attention_tma", "attn_fwd_tma", "short_"),
                "prefill_ws": ("attention_ws", "attn_fwd_tma_ws", "ws_"),
                "prefill_walk": ("attention_ws", "attn_fwd_tma_walk", "walk_")}
-# The classes whose programs split a 128-row block between two consumer warpgroups.
+# The classes whose programs split a block between consumer warpgroups of CONSUMER_ROWS rows.
 WS_CLASSES = {"prefill_ws", "prefill_walk"}
 # What src/triton/tma.rs encodes for every descriptor of attn_fwd_tma: CU_TENSOR_MAP_SWIZZLE_128B
 # (triton's device-side enum value 3) and a box of 64 columns (128 bytes of f16/bf16, the swizzle
@@ -514,8 +535,8 @@ TMA_ELEM_TYPES = {"fp16": 6, "bf16": 10}
 
 
 def tma_q_rows(tile, block_m):
-    """Rows of q's descriptor box: the warp-specialized kernel loads its block's two halves."""
-    return block_m // 2 if tile in WS_CLASSES else block_m
+    """Rows of q's descriptor box: the warp-specialized kernel loads its block's consumer parts."""
+    return CONSUMER_ROWS if tile in WS_CLASSES else block_m
 
 
 def tma_source(target, fields, dtype):
@@ -580,7 +601,7 @@ def compile_one(job):
     target_obj = gpu_target(target)
     options = {"num_warps": warps, "num_stages": stages}
     if fields["tile"] in WS_CLASSES:
-        options["maxnreg"] = WS_MAXNREG
+        options["maxnreg"] = ws_maxnreg(bm)
     if occupancy:
         # The tile's occupancy hint: waves per EU on AMD, registers per thread (maxnreg) on NVIDIA.
         options["maxnreg" if kind == "cuda" else "waves_per_eu"] = occupancy

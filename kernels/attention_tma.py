@@ -250,21 +250,31 @@ def _store_block(acc, m_i, l_i, qk_scale, buf, Out, Lse, b, head, q_start, q_len
 
 
 @gluon.jit
-def _block(CuSeqQ, CuSeqK, Fault, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads,
-           num_heads_k, BLOCK_M: gl.constexpr):
-    """The program's query block: its sequence `b`, head (and k/v head), bounds (reporting faults
-    once per sequence) and first row `start_m`."""
-    # Masked blocks are the light ones: the heaviest query blocks start first.
-    pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
-    pid_bh = gl.program_id(1)
+def _block_at(CuSeqQ, CuSeqK, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads, num_heads_k,
+              pid_m, pid_bh, BLOCK_M: gl.constexpr):
+    """Query block `pid_m` of (sequence x heads + head) `pid_bh`: its sequence `b`, head (and k/v
+    head), bounds, fault bits and first row `start_m`."""
     b = pid_bh // num_heads
     head = pid_bh % num_heads
     head_k = head // (num_heads // num_heads_k)
     q_start, q_len, k_start, k_len, fault = _bounds(CuSeqQ, CuSeqK, b, is_varlen, seqlen_q, seqlen_k, total_rows,
                                                     kv_rows, kv_len_cap)
+    return b, head, head_k, q_start, q_len, k_start, k_len, fault, pid_m * BLOCK_M
+
+
+@gluon.jit
+def _block(CuSeqQ, CuSeqK, Fault, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads,
+           num_heads_k, BLOCK_M: gl.constexpr):
+    """The program's query block (`_block_at` of its grid position), reporting faults once per
+    sequence."""
+    # Masked blocks are the light ones: the heaviest query blocks start first.
+    pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
+    b, head, head_k, q_start, q_len, k_start, k_len, fault, start_m = _block_at(
+        CuSeqQ, CuSeqK, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads, num_heads_k, pid_m,
+        gl.program_id(1), BLOCK_M)
     if (fault != 0) & (pid_m == 0) & (head == 0):
         gl.atomic_or(Fault, fault, sem="relaxed", scope="sys")
-    return b, head, head_k, q_start, q_len, k_start, k_len, pid_m * BLOCK_M
+    return b, head, head_k, q_start, q_len, k_start, k_len, start_m
 
 
 @gluon.jit

@@ -3,27 +3,29 @@ key tiles per query block (src/triton/tma.rs `ws_keys` says which).
 
 `attn_fwd_tma_ws` takes the arguments of `attention_tma.attn_fwd_tma` and computes the same
 outputs, LSEs and fault bits, from the same helpers; what differs is who does what in a program
-of one 128-row query block (FlashAttention-3's split of a block between warpgroups):
+of one query block of 128 or 192 rows (FlashAttention-3's split of a block between warpgroups):
 
-- a loader warp issues every TMA load: Q's two 64-row halves, then K and V tiles into a
-  STAGES-deep ring, each buffer refilled once both consumers arrived on its `empty` barrier;
-- two consumer warpgroups each own a 64-row half of the block (its own Q buffer, accumulator
-  and softmax) and run `attention_tma`'s key loop over the shared ring. They synchronize only
-  through the barriers, so one's softmax runs while the other's wgmma does: the overlap two
-  programs per SM gave the one-warpgroup kernel, with each K/V tile loaded once for 128 rows;
-- registers are moved to the consumers (`setmaxnreg`: CONSUMER_REGS each, LOADER_REGS for the
-  loader's warpgroup; the kernel is compiled with maxnreg = what 12 warps may hold, WS_MAXNREG in
-  kernels/aot.py).
+- a loader warp issues every TMA load: Q's 64-row parts, then K and V tiles into a STAGES-deep
+  ring, each buffer refilled once every consumer arrived on its `empty` barrier;
+- two or three consumer warpgroups each own a 64-row part of the block (its own Q buffer,
+  accumulator and softmax) and run `attention_tma`'s key loop over the shared ring. They
+  synchronize only through the barriers, so one's softmax runs while another's wgmma does: the
+  overlap two programs per SM gave the one-warpgroup kernel, with each K/V tile loaded once for
+  the whole block (three consumers at d = 64, where their registers fit: a third fewer K/V loads
+  per row);
+- registers are moved to the consumers (`setmaxnreg`: `_consumer_regs` each, LOADER_REGS for the
+  loader's warpgroup; the kernel is compiled with maxnreg = what its warps may hold, `ws_maxnreg`
+  in kernels/aot.py).
 
-Both halves step over the key tiles of the whole block (a causal block's first half masks the
-keys only the second sees), so each arrives on every `empty` barrier once per use. The last V
-tile's rows past the sequence are zeroed by the first consumer, which then lets the second one
-read it (`tail_bar`).
+Every part steps over the key tiles of the whole block (a causal block's first part masks the
+keys only the later ones see), so each arrives on every `empty` barrier once per use. The last V
+tile's rows past the sequence are zeroed by the first consumer, which then lets the others read
+it (`tail_bar`).
 
 `attn_fwd_tma_walk` (class "prefill_walk") runs the same partitions over many blocks: one
 program per SM walks the call's query blocks `first, first + programs, ...` (`Blocks`), a
 (sequence, head)'s blocks one after another so that its K/V stay in L2 while read. The loader
-runs ahead into the next block (Q double-buffered, freed through `q_empty`; the K/V ring counted
+runs ahead into the next block (two Q buffer pairs, freed through `q_empty`; the K/V ring counted
 across blocks), so a block's end and the next one's first loads overlap: the programs' start and
 end that dominate prompts of a few key tiles. Each consumer zeroes the last V tile's rows past
 the sequence itself before its wgmma reads them (the other writes the same zeros: whichever lands
@@ -35,12 +37,20 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.language.core import _aggregate as aggregate
 
-from attention_tma import LOG2E, _block, _bounds, _first_tile, _key_loop, _last_pv, _store_block, _zero_tail
+from attention_tma import LOG2E, _block, _block_at, _first_tile, _key_loop, _last_pv, _store_block, _zero_tail
 
-# Registers per thread of each partition (setmaxnreg): 2 x 128 x 240 + 128 x 24 = 64,512 of the
-# SM's 65,536, one program per SM.
-CONSUMER_REGS = gl.constexpr(240)
+# Query rows of each consumer warpgroup: one wgmma's M (kernels/aot.py's CONSUMER_ROWS).
+ROWS = gl.constexpr(64)
+# Registers per thread of the loader's warpgroup (setmaxnreg); the consumers share the rest of the
+# SM's 65,536 (`_consumer_regs`), one program per SM.
 LOADER_REGS = gl.constexpr(24)
+
+
+@gluon.constexpr_function
+def _consumer_regs(consumers):
+    """Registers per thread of each of `consumers` warpgroups beside the loader's, in setmaxnreg's
+    multiples of 8: 240 for two (2 x 128 x 240 + 128 x 24 = 64,512), 160 for three."""
+    return (65536 - 128 * LOADER_REGS) // (128 * consumers) // 8 * 8
 
 
 @aggregate
@@ -66,7 +76,7 @@ class LoaderRefill:
 @aggregate
 class Shared:
     """The program's shared buffers and barriers, as every partition sees them."""
-    q_halves: gl.shared_memory_descriptor
+    q_parts: gl.shared_memory_descriptor
     k_ring: gl.shared_memory_descriptor
     v_ring: gl.shared_memory_descriptor
     q_bars: gl.shared_memory_descriptor
@@ -77,8 +87,8 @@ class Shared:
     tail_bar: gl.shared_memory_descriptor
 
     @gluon.constexpr_function
-    def __init__(self, q_halves, k_ring, v_ring, q_bars, k_full, v_full, k_empty, v_empty, tail_bar):
-        self.q_halves = q_halves
+    def __init__(self, q_parts, k_ring, v_ring, q_bars, k_full, v_full, k_empty, v_empty, tail_bar):
+        self.q_parts = q_parts
         self.k_ring = k_ring
         self.v_ring = v_ring
         self.q_bars = q_bars
@@ -154,19 +164,19 @@ def _load_kv(sh, k_desc, v_desc, ring0, k_row0, v_row0, k_col, v_col, n_tiles):
 
 
 @gluon.jit
-def _load_q(sh, q_desc, slot, q_row0, q_col):
-    """Q's two halves into the Q buffers `slot`, `slot + 1`."""
-    HALF: gl.constexpr = sh.q_halves.shape[1]
-    for h in gl.static_range(2):
+def _load_q(sh, q_desc, slot, q_row0, q_col, PARTS: gl.constexpr):
+    """Q's `PARTS` consumer parts into the Q buffers `slot`, `slot + 1`, ..."""
+    PART: gl.constexpr = sh.q_parts.shape[1]
+    for h in gl.static_range(PARTS):
         mbarrier.expect(sh.q_bars.index(slot + h), q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [q_row0 + h * HALF, q_col], sh.q_bars.index(slot + h),
-                                        sh.q_halves.index(slot + h))
+        tma.async_copy_global_to_shared(q_desc, [q_row0 + h * PART, q_col], sh.q_bars.index(slot + h),
+                                        sh.q_parts.index(slot + h))
 
 
 @gluon.jit
 def _loader(sh, q_desc, k_desc, v_desc, q_row0, q_col, k_row0, v_row0, k_col, v_col, n_tiles):
-    """The loader warp: Q's halves, then the key tiles."""
-    _load_q(sh, q_desc, 0, q_row0, q_col)
+    """The loader warp: Q's parts (one per consumer: as many as Q buffers), then the key tiles."""
+    _load_q(sh, q_desc, 0, q_row0, q_col, sh.q_parts.shape[0])
     _load_kv(sh, k_desc, v_desc, 0, k_row0, v_row0, k_col, v_col, n_tiles)
 
 
@@ -178,7 +188,7 @@ def _mma_layout(columns, num_warps):
 
 @gluon.jit
 def _full_tiles(start, diag, k_len, window_right, BLOCK_N: gl.constexpr):
-    """Key tiles every row of a half from `start` sees whole."""
+    """Key tiles every row of a part from `start` sees whole."""
     if window_right >= 0:
         n_full = gl.minimum(gl.maximum(start + diag + 1, 0) // BLOCK_N, k_len // BLOCK_N)
     else:
@@ -189,19 +199,19 @@ def _full_tiles(start, diag, k_len, window_right, BLOCK_N: gl.constexpr):
 @gluon.jit
 def _attend(sh, q_h, ring0, qk_scale, start, k_len, diag, n_full, n_tiles, h: gl.constexpr, WALK: gl.constexpr,
             s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
-    """One half's attention over the block's key tiles (ring tiles `ring0` on), Q in `q_h`:
+    """One part's attention over the block's key tiles (ring tiles `ring0` on), Q in `q_h`:
     returns the accumulator and softmax state. Releases every ring tile it reads but the last V
     tile, which only a walking program (WALK) hands back; zeroes that tile's rows past the
-    sequence (both halves when walking, else the first, then `tail_bar`)."""
-    HALF: gl.constexpr = sh.q_halves.shape[1]
-    HEAD_D: gl.constexpr = sh.q_halves.shape[2]
+    sequence (every part when walking, else the first, then `tail_bar`)."""
+    PART: gl.constexpr = sh.q_parts.shape[1]
+    HEAD_D: gl.constexpr = sh.q_parts.shape[2]
     STAGES: gl.constexpr = sh.k_ring.shape[0]
     BLOCK_N: gl.constexpr = sh.k_ring.shape[1]
     refill = LoaderRefill(sh.k_empty, sh.v_empty)
     p, m_i, l_i, alpha = _first_tile(q_h, sh.k_ring, sh.k_full, ring0, qk_scale, start, k_len, diag, n_full,
                                      s_layout, p_layout)
     mbarrier.arrive(sh.k_empty.index(ring0 % STAGES), count=1)
-    acc = gl.zeros([HALF, HEAD_D], gl.float32, o_layout)
+    acc = gl.zeros([PART, HEAD_D], gl.float32, o_layout)
     acc, p, alpha, m_i, l_i = _key_loop(ring0, q_h, sh.k_ring, sh.v_ring, sh.k_full, sh.v_full, refill, acc, p,
                                         alpha, m_i, l_i, qk_scale, start, k_len, diag, n_full, n_tiles, s_layout,
                                         o_layout, p_layout)
@@ -225,21 +235,21 @@ def _attend(sh, q_h, ring0, qk_scale, start, k_len, diag, n_full, n_tiles, h: gl
 
 @gluon.jit
 def _consume(sh, blk, h: gl.constexpr):
-    """Consumer `h`: the rows `start_m + h * HALF ..` of the block, attention_tma's key loop over
+    """Consumer `h`: the rows `start_m + h * PART ..` of the block, attention_tma's key loop over
     the shared ring, its rows' outputs and LSEs."""
-    HALF: gl.constexpr = sh.q_halves.shape[1]
-    HEAD_D: gl.constexpr = sh.q_halves.shape[2]
+    PART: gl.constexpr = sh.q_parts.shape[1]
+    HEAD_D: gl.constexpr = sh.q_parts.shape[2]
     BLOCK_N: gl.constexpr = sh.k_ring.shape[1]
     s_layout: gl.constexpr = _mma_layout(BLOCK_N, gl.num_warps())
     o_layout: gl.constexpr = _mma_layout(HEAD_D, gl.num_warps())
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    q_h = sh.q_halves.index(h)
-    start = blk.start_m + h * HALF
+    q_h = sh.q_parts.index(h)
+    start = blk.start_m + h * PART
     n_full = _full_tiles(start, blk.diag, blk.k_len, blk.window_right, BLOCK_N)
     mbarrier.wait(sh.q_bars.index(h), 0)
     acc, m_i, l_i = _attend(sh, q_h, 0, blk.qk_scale, start, blk.k_len, blk.diag, n_full, blk.n_tiles, h, False,
                             s_layout, o_layout, p_layout)
-    # Through this half's Q buffer: the last wgmma that read it has retired.
+    # Through this part's Q buffer: the last wgmma that read it has retired.
     _store_block(acc, m_i, l_i, blk.qk_scale, q_h, blk.Out, blk.Lse, blk.b, blk.head, blk.q_start, blk.q_len, start,
                  blk.is_varlen, blk.seqlen_q, blk.stride_lb, blk.stride_lh, blk.num_heads, s_layout, o_layout)
 
@@ -255,11 +265,17 @@ def _consume_second(sh, blk):
 
 
 @gluon.jit
-def _allocate(q_desc, k_desc, v_desc, Q_BUFFERS: gl.constexpr, HALF: gl.constexpr, BLOCK_N: gl.constexpr,
-              HEAD_D: gl.constexpr, STAGES: gl.constexpr):
-    """The program's `Shared`, its barriers initialized: Q_BUFFERS half-block Q buffers."""
+def _consume_third(sh, blk):
+    _consume(sh, blk, 2)
+
+
+@gluon.jit
+def _allocate(q_desc, k_desc, v_desc, Q_BUFFERS: gl.constexpr, PART: gl.constexpr, BLOCK_N: gl.constexpr,
+              HEAD_D: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
+    """The program's `Shared`, its barriers initialized: Q_BUFFERS Q buffers of PART rows, K/V
+    buffers released by CONSUMERS arrivals."""
     dtype: gl.constexpr = q_desc.dtype
-    sh = Shared(gl.allocate_shared_memory(dtype, [Q_BUFFERS, HALF, HEAD_D], q_desc.layout),
+    sh = Shared(gl.allocate_shared_memory(dtype, [Q_BUFFERS, PART, HEAD_D], q_desc.layout),
                 gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], k_desc.layout),
                 gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], v_desc.layout),
                 gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout()),
@@ -273,11 +289,22 @@ def _allocate(q_desc, k_desc, v_desc, Q_BUFFERS: gl.constexpr, HALF: gl.constexp
     for i in gl.static_range(STAGES):
         mbarrier.init(sh.k_full.index(i), count=1)
         mbarrier.init(sh.v_full.index(i), count=1)
-        mbarrier.init(sh.k_empty.index(i), count=2)
-        mbarrier.init(sh.v_empty.index(i), count=2)
+        mbarrier.init(sh.k_empty.index(i), count=CONSUMERS)
+        mbarrier.init(sh.v_empty.index(i), count=CONSUMERS)
     mbarrier.init(sh.tail_bar, count=1)
     fence_async_shared()
     return sh
+
+
+@gluon.jit
+def _block_tiles(q_len, k_len, start_m, window_right, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """The diagonal offset of the block from row `start_m` and its key tiles, at least one (masked,
+    when the block sees no key: its rows get output 0 and LSE -inf)."""
+    # attention_tma's `_keys`, spelled as in the build measured on an H200 (docs/bench-gpu-h200.md):
+    # `_keys` itself compiles to other code here, not measured as much (the consumers' n_full too).
+    diag = gl.where(window_right >= 0, k_len - q_len + window_right, k_len)
+    hi = gl.minimum(k_len, start_m + BLOCK_M + diag)
+    return diag, gl.maximum((hi + BLOCK_N - 1) // BLOCK_N, 1)
 
 
 @gluon.jit
@@ -292,31 +319,31 @@ def attn_fwd_tma_ws(
     num_heads, num_heads_k, window_right, batch,
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr,
 ):
-    """attn_fwd_tma's contract, with BLOCK_M = 128 query rows per program and q's descriptor
-    boxes of BLOCK_M / 2 rows; num_warps = 4 (each consumer; 12 warps in all)."""
-    HALF: gl.constexpr = BLOCK_M // 2
+    """attn_fwd_tma's contract, with BLOCK_M = 128 or 192 query rows per program, two or three
+    consumers of ROWS rows, and q's descriptor boxes of ROWS rows; num_warps = 4 (each
+    consumer's; 12 or 16 warps in all)."""
+    CONSUMERS: gl.constexpr = BLOCK_M // ROWS
+    gl.static_assert((CONSUMERS == 2 or CONSUMERS == 3) and CONSUMERS * ROWS == BLOCK_M)
     b, head, head_k, q_start, q_len, k_start, k_len, start_m = _block(
         CuSeqQ, CuSeqK, Fault, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads,
         num_heads_k, BLOCK_M)
-    # attention_tma's `_keys`, spelled as in the build measured on an H200 (docs/bench-gpu-h200.md):
-    # `_keys` itself compiles to other code here, not measured as much (the consumers' n_full too).
-    diag = gl.where(window_right >= 0, k_len - q_len + window_right, k_len)
-    hi = gl.minimum(k_len, start_m + BLOCK_M + diag)
+    diag, n_tiles = _block_tiles(q_len, k_len, start_m, window_right, BLOCK_M, BLOCK_N)
     if start_m >= q_len:
         return
-    n_tiles = gl.maximum((hi + BLOCK_N - 1) // BLOCK_N, 1)
 
-    sh = _allocate(q_desc, k_desc, v_desc, 2, HALF, BLOCK_N, HEAD_D, STAGES)
+    sh = _allocate(q_desc, k_desc, v_desc, CONSUMERS, ROWS, BLOCK_N, HEAD_D, STAGES, CONSUMERS)
 
     blk = Block(Out, Lse, b, head, q_start, q_len, k_len, start_m, diag, window_right, n_tiles, sm_scale * LOG2E,
                 is_varlen, seqlen_q, stride_lb, stride_lh, num_heads)
-    gl.warp_specialize([
-        (_consume_first, (sh, blk)),
-        (_consume_second, (sh, blk)),
-        (_loader, (sh, q_desc, k_desc, v_desc, q_start + b * q_batch_rows + start_m, head * stride_qh,
-                   k_start + b * k_batch_rows, k_start + b * v_batch_rows, head_k * stride_kh, head_k * stride_vh,
-                   n_tiles)),
-    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+    loads = (sh, q_desc, k_desc, v_desc, q_start + b * q_batch_rows + start_m, head * stride_qh,
+             k_start + b * k_batch_rows, k_start + b * v_batch_rows, head_k * stride_kh, head_k * stride_vh, n_tiles)
+    REGS: gl.constexpr = _consumer_regs(CONSUMERS)
+    if CONSUMERS == 3:
+        gl.warp_specialize([(_consume_first, (sh, blk)), (_consume_second, (sh, blk)), (_consume_third, (sh, blk)),
+                            (_loader, loads)], [4, 4, 1], [REGS, REGS, LOADER_REGS])
+    else:
+        gl.warp_specialize([(_consume_first, (sh, blk)), (_consume_second, (sh, blk)), (_loader, loads)], [4, 1],
+                           [REGS, LOADER_REGS])
 
 
 @aggregate
@@ -357,43 +384,36 @@ class Blocks:
     @gluon.jit
     def at(self, i, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
         """Block i: its sequence, head, k/v head, bounds, fault bits, first row, diagonal offset,
-        key tiles, and index within its (sequence, head) (0: the first rows), as `_block` and
-        `attn_fwd_tma_ws` find them for a program of their grid."""
+        key tiles, and index within its (sequence, head) (0: the first rows): `_block_at` and
+        `_block_tiles`, as `attn_fwd_tma_ws` finds its grid position's."""
         m = self.per_head - 1 - i % self.per_head
-        bh = i // self.per_head
-        b = bh // self.num_heads
-        head = bh % self.num_heads
-        head_k = head // (self.num_heads // self.num_heads_k)
-        q_start, q_len, k_start, k_len, fault = _bounds(self.CuSeqQ, self.CuSeqK, b, self.is_varlen, self.seqlen_q,
-                                                        self.seqlen_k, self.total_rows, self.kv_rows,
-                                                        self.kv_len_cap)
-        start_m = m * BLOCK_M
-        diag = gl.where(self.window_right >= 0, k_len - q_len + self.window_right, k_len)
-        hi = gl.minimum(k_len, start_m + BLOCK_M + diag)
-        n_tiles = gl.maximum((hi + BLOCK_N - 1) // BLOCK_N, 1)
+        b, head, head_k, q_start, q_len, k_start, k_len, fault, start_m = _block_at(
+            self.CuSeqQ, self.CuSeqK, self.is_varlen, self.seqlen_q, self.seqlen_k, self.total_rows, self.kv_rows,
+            self.kv_len_cap, self.num_heads, self.num_heads_k, m, i // self.per_head, BLOCK_M)
+        diag, n_tiles = _block_tiles(q_len, k_len, start_m, self.window_right, BLOCK_M, BLOCK_N)
         return b, head, head_k, q_start, q_len, k_start, k_len, fault, start_m, diag, n_tiles, m
 
 
 @gluon.jit
 def _walk_load(sh, q_empty, blocks, q_desc, k_desc, v_desc, Fault, stride_qh, stride_kh, stride_vh, q_batch_rows,
                k_batch_rows, v_batch_rows):
-    """The walking program's loader, block after block: Q's halves once the consumers freed that
+    """The walking program's loader, block after block: Q's parts once the consumers freed that
     Q buffer pair, then the block's key tiles, the ring counted across blocks. Reports each
     sequence's faults once."""
-    HALF: gl.constexpr = sh.q_halves.shape[1]
+    PART: gl.constexpr = sh.q_parts.shape[1]
     BLOCK_N: gl.constexpr = sh.k_ring.shape[1]
     ring = 0
     done = 0
     for i in range(gl.program_id(0), blocks.count, gl.num_programs(0)):
         b, head, head_k, q_start, q_len, k_start, k_len, fault, start_m, diag, n_tiles, m = blocks.at(
-            i, 2 * HALF, BLOCK_N)
+            i, 2 * PART, BLOCK_N)
         if (fault != 0) & (m == 0) & (head == 0):
             gl.atomic_or(Fault, fault, sem="relaxed", scope="sys")
         if start_m < q_len:
             slot = (done % 2) * 2
             for h in gl.static_range(2):
                 mbarrier.wait(q_empty.index(slot + h), ((done // 2) & 1) ^ 1)
-            _load_q(sh, q_desc, slot, q_start + b * q_batch_rows + start_m, head * stride_qh)
+            _load_q(sh, q_desc, slot, q_start + b * q_batch_rows + start_m, head * stride_qh, 2)
             _load_kv(sh, k_desc, v_desc, ring, k_start + b * k_batch_rows, k_start + b * v_batch_rows,
                      head_k * stride_kh, head_k * stride_vh, n_tiles)
             ring += n_tiles
@@ -402,10 +422,10 @@ def _walk_load(sh, q_empty, blocks, q_desc, k_desc, v_desc, Fault, stride_qh, st
 
 @gluon.jit
 def _walk_consume(sh, q_empty, blocks, Out, Lse, sm_scale, stride_lb, stride_lh, h: gl.constexpr):
-    """Consumer `h` of the walking program, block after block: its half's rows, outputs and LSEs;
+    """Consumer `h` of the walking program, block after block: its part's rows, outputs and LSEs;
     then it frees its Q buffer for the loader."""
-    HALF: gl.constexpr = sh.q_halves.shape[1]
-    HEAD_D: gl.constexpr = sh.q_halves.shape[2]
+    PART: gl.constexpr = sh.q_parts.shape[1]
+    HEAD_D: gl.constexpr = sh.q_parts.shape[2]
     BLOCK_N: gl.constexpr = sh.k_ring.shape[1]
     s_layout: gl.constexpr = _mma_layout(BLOCK_N, gl.num_warps())
     o_layout: gl.constexpr = _mma_layout(HEAD_D, gl.num_warps())
@@ -415,11 +435,11 @@ def _walk_consume(sh, q_empty, blocks, Out, Lse, sm_scale, stride_lb, stride_lh,
     done = 0
     for i in range(gl.program_id(0), blocks.count, gl.num_programs(0)):
         b, head, head_k, q_start, q_len, k_start, k_len, fault, start_m, diag, n_tiles, m = blocks.at(
-            i, 2 * HALF, BLOCK_N)
+            i, 2 * PART, BLOCK_N)
         if start_m < q_len:
             buf = (done % 2) * 2 + h
-            q_h = sh.q_halves.index(buf)
-            start = start_m + h * HALF
+            q_h = sh.q_parts.index(buf)
+            start = start_m + h * PART
             n_full = _full_tiles(start, diag, k_len, blocks.window_right, BLOCK_N)
             mbarrier.wait(sh.q_bars.index(buf), (done // 2) & 1)
             acc, m_i, l_i = _attend(sh, q_h, ring, qk_scale, start, k_len, diag, n_full, n_tiles, h, True, s_layout,
@@ -456,12 +476,13 @@ def attn_fwd_tma_walk(
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr,
 ):
     """attn_fwd_tma_ws's contract and partitions, over any 1-D grid (one program per SM): program
-    p takes the blocks p, p + programs, ... of `Blocks`' order, with two Q buffer pairs."""
-    HALF: gl.constexpr = BLOCK_M // 2
+    p takes the blocks p, p + programs, ... of `Blocks`' order, with two Q buffer pairs; two
+    consumers (BLOCK_M = 2 x ROWS)."""
+    gl.static_assert(BLOCK_M == 2 * ROWS)
     per_head = (seqlen_q + BLOCK_M - 1) // BLOCK_M
     blocks = Blocks(CuSeqQ, CuSeqK, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads,
                     num_heads_k, window_right, per_head, per_head * batch * num_heads)
-    sh = _allocate(q_desc, k_desc, v_desc, 4, HALF, BLOCK_N, HEAD_D, STAGES)
+    sh = _allocate(q_desc, k_desc, v_desc, 4, ROWS, BLOCK_N, HEAD_D, STAGES, 2)
     q_empty = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(4):
         mbarrier.init(q_empty.index(i), count=1)
@@ -472,4 +493,4 @@ def attn_fwd_tma_walk(
         (_walk_second, (sh, q_empty, blocks, Out, Lse, sm_scale, stride_lb, stride_lh)),
         (_walk_load, (sh, q_empty, blocks, q_desc, k_desc, v_desc, Fault, stride_qh, stride_kh, stride_vh,
                       q_batch_rows, k_batch_rows, v_batch_rows)),
-    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+    ], [4, 1], [_consumer_regs(2), LOADER_REGS])

@@ -51,7 +51,8 @@ fn argument_structs_follow_the_kernel_signatures() {
 fn image(tile: Tile, family: Family, block_d: u32, even_d: bool, paged: bool, extras: bool) -> KernelImage {
     let (block_m, block_n) = match tile {
         Tile::Prefill | Tile::PrefillShort => (64, 32),
-        Tile::PrefillWs | Tile::PrefillWalk => (128, 128),
+        Tile::PrefillWs => (128, 128),
+        Tile::PrefillWalk => (128, 64),
         Tile::Decode => (16, 64),
         Tile::DecodeBatch => (16, 32),
         Tile::Merge => (1, 16),

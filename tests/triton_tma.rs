@@ -17,7 +17,9 @@ const H100_SMS: usize = 132;
 fn sm90_image(family: Family, tile: Tile, block_d: u32, paged: bool, extras: bool) -> KernelImage {
     let (block_m, block_n, threads) = match (family, tile) {
         (Family::FwdTma, Tile::PrefillShort) => (64, 32, 128),
-        (Family::FwdTma, Tile::PrefillWs | Tile::PrefillWalk) => (128, if block_d == 256 { 64 } else { 128 }, 384),
+        (Family::FwdTma, Tile::PrefillWs) if block_d == 64 => (192, 128, 512),
+        (Family::FwdTma, Tile::PrefillWs) => (128, if block_d == 256 { 64 } else { 128 }, 384),
+        (Family::FwdTma, Tile::PrefillWalk) => (128, 64, 384),
         (Family::FwdTma, _) if block_d == 256 => (128, 64, 256),
         (Family::FwdTma, _) => (64, 64, 128),
         (_, Tile::Decode) => (16, 128, 128),
@@ -136,6 +138,7 @@ fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
             assert_eq!(tma.tile, class, "s_k {s_k} d {d} {window:?}");
         }
         let block_m = match (d, short, ws || walks) {
+            (64, false, true) => 192,
             (_, false, true) | (256, false, _) => 128,
             _ => 64,
         };

@@ -42,17 +42,18 @@ pub fn short_keys(head_dim: usize, diagonal: bool) -> usize {
 }
 
 /// Keys from which a call of head dim `head_dim` takes the warp-specialized class
-/// (kernels/attention_ws.py, 128-row blocks, each K/V tile loaded once for two consumer
-/// warpgroups), where built: prompts of many key tiles per block, where it beat the prefill class
+/// (kernels/attention_ws.py, blocks of 128 rows, 192 at d = 64, each K/V tile loaded once for two
+/// or three consumer warpgroups), where built: prompts of many key tiles per block, where it beat the prefill class
 /// on an H200 (`bench_gpu`, TFLOP/s, median of two turns, f16 / bf16, against the prefill class;
 /// docs/bench-gpu-h200.md): d = 128 32 x 512 non-causal 400 / 402 against 370 / 400 (the
 /// walking class now takes that: [`walk_keys`]), causal 8 x
 /// 2048 444 / 472 against 405 / 454 (16 x 1024 causal 341 / 353 against 358 / 377: slower), 1 x
 /// 16384 605 / 631 against 499 / 507 (where the `tl` kernels ran before); d = 256 32 x 512 465 /
-/// 482 against 439 / 439 (64 x 256: level). At d = 64 (128x128 tiles, 3 stages) only past the
-/// prefill class, where the `tl` kernels ran: below the prefill class up to 2048 keys in JIT runs
-/// (kernels/aot.py), above the `tl` kernels past it (32 heads: 4 x 4096 404 / 418 against 400 /
-/// 408, 2 x 8192 442 / 444 against 406 / 415, causal 2 x 8192 410 / 411 against 386 / 392).
+/// 482 against 439 / 439 (64 x 256: level). At d = 64 only past the prefill class, where the `tl`
+/// kernels ran: with 128-row blocks (128x128 tiles, 3 stages) below the prefill class up to 2048
+/// keys in JIT runs (kernels/aot.py), above the `tl` kernels past it (32 heads: 4 x 4096 404 / 418
+/// against 400 / 408, 2 x 8192 442 / 444 against 406 / 415, causal 2 x 8192 410 / 411 against 386
+/// / 392); its 192-row blocks are faster still (kernels/aot.py's TMA_TILES).
 pub fn ws_keys(head_dim: usize, diagonal: bool) -> usize {
     match (head_dim, diagonal) {
         (128 | 256, false) => 512,
@@ -103,11 +104,15 @@ pub fn classes(head_dim: usize, diagonal: bool, keys: usize) -> &'static [Tile] 
     }
 }
 
-/// Rows of q's descriptor boxes for `image`: its query block, or the half of it each consumer
-/// of the warp-specialized class loads (kernels/aot.py's tma_q_rows).
+/// Query rows of each consumer warpgroup of the warp-specialized classes (kernels/aot.py's
+/// CONSUMER_ROWS): their blocks of 128 or 192 rows have two or three.
+pub const CONSUMER_ROWS: u32 = 64;
+
+/// Rows of q's descriptor boxes for `image`: its query block, or the part of it each consumer
+/// of the warp-specialized classes loads (kernels/aot.py's tma_q_rows).
 pub fn q_box_rows(image: &KernelImage) -> u32 {
     match image.tile {
-        Tile::PrefillWs | Tile::PrefillWalk => image.block_m / 2,
+        Tile::PrefillWs | Tile::PrefillWalk => CONSUMER_ROWS,
         _ => image.block_m,
     }
 }

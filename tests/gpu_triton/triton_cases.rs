@@ -311,8 +311,8 @@ pub fn batched_decode_matches_cpu() {
     }
 }
 
-/// The TMA kernel's programs for `c` with query blocks of `rows` rows (64, or 128 for d = 256's
-/// prefill class).
+/// The TMA kernel's programs for `c` with query blocks of `rows` rows (64; 128 for d = 256's
+/// prefill class and the warp-specialized ones, 192 for d = 64's).
 fn tma_programs(c: &BatchCase, rows: usize) -> usize {
     c.s_q.div_ceil(rows) * c.b * c.h
 }
@@ -348,6 +348,9 @@ pub fn tma_prompts_match_cpu() {
         (2, 1000, 1000, 2, 1, 128, CAUSAL, false, true),
         (2, 100, 100, 4, 2, 128, NONE, true, false),
         (2, 100, 2100, 4, 2, 64, NONE, false, true),
+        // d = 64's three-consumer blocks (192 rows): a ragged third block whose last part is past
+        // the queries.
+        (1, 500, 2300, 4, 2, 64, NONE, false, true),
         (1, 130, 4200, 4, 2, 64, CAUSAL, false, true),
         (2, 200, 300, 4, 2, 256, CAUSAL, false, true),
         (2, 150, 300, 4, 2, 256, NONE, false, true),
@@ -369,7 +372,7 @@ pub fn tma_prompts_match_cpu() {
         let dtype = DTYPES[n % 2];
         let mut c = BatchCase { b, s_q, s_k, h, h_k, d, dtype, window, alibi: false, softcap: None, transposed };
         // Sized for the largest query block, so that the grid fills the device whichever runs.
-        c.b = b.max(units.div_ceil(tma_programs(&c, 128) / b));
+        c.b = b.max(units.div_ceil(tma_programs(&c, 192) / b));
         let b = c.b;
         let mut x = batch_inputs(&c, &mut rng);
         let exp = batch_expected(&c, &x);

@@ -246,8 +246,7 @@ TILES = {
 #
 # The warp-specialized class (attention_ws.attn_fwd_tma_ws, "prefill_ws"): 128 query rows per
 # program (192 at d = 64, below), each 64 one consumer warpgroup's (num_warps is a consumer's), a
-# loader warp; maxnreg
-# `ws_maxnreg` for its warps. Measured on an H200 (JIT, the same setup; f16, TFLOP/s, against
+# loader warp; maxnreg `ws_maxnreg` for its warps. Measured on an H200 (JIT, the same setup; f16, TFLOP/s, against
 # attn_fwd_tma's tile of the prefill class, non-causal / causal): d = 128 128x128 x 2 stages at
 # 32 x 512 378 / 227 against 350 / 257, 16 x 1024 462 / 330 against 404 / 324, 1 x 16384 585 /
 # 569 against 480 / 481 (3 stages or 128x64 slower on all rows but one); d = 256 128x64 at 64 x 256

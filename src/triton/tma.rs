@@ -43,8 +43,8 @@ pub fn short_keys(head_dim: usize, diagonal: bool) -> usize {
 
 /// Keys from which a call of head dim `head_dim` takes the warp-specialized class
 /// (kernels/attention_ws.py, blocks of 128 rows, 192 at d = 64, each K/V tile loaded once for two
-/// or three consumer warpgroups), where built: prompts of many key tiles per block, where it beat the prefill class
-/// on an H200 (`bench_gpu`, TFLOP/s, median of two turns, f16 / bf16, against the prefill class;
+/// or three consumer warpgroups), where built: prompts of many key tiles per block, where it beat
+/// the prefill class on an H200 (`bench_gpu`, TFLOP/s, median of two turns, f16 / bf16, against the prefill class;
 /// docs/bench-gpu-h200.md): d = 128 32 x 512 non-causal 400 / 402 against 370 / 400 (the
 /// walking class now takes that: [`walk_keys`]), causal 8 x
 /// 2048 444 / 472 against 405 / 454 (16 x 1024 causal 341 / 353 against 358 / 377: slower), 1 x
@@ -74,9 +74,9 @@ pub fn ws_keys(head_dim: usize, diagonal: bool) -> usize {
 /// runs; docs/bench-gpu-h200.md): 64 x 256 1.02-1.18x / 1.04-1.13x (the short class ran it), 32 x
 /// 512 1.12-1.21x / 1.06-1.11x (the warp-specialized class); 24 x 768 1.00x / 0.98x, and walking
 /// every length, 16 x 1024 0.98x and 8 x 2048 0.91x (f16); its 128 x 64 tiles since then (three
-/// runs) 64 x 256 1.00-1.09x, 32 x 512 0.94-1.09x, level at 768 keys (kernels/aot.py's TMA_TILES). With a diagonal the blocks' work is
-/// uneven, which a static walk balances worse than one program per block (JIT, causal 64 x 256:
-/// 127 against 142 TFLOP/s).
+/// runs) 64 x 256 1.00-1.09x, 32 x 512 0.94-1.09x, level at 768 keys (kernels/aot.py's
+/// TMA_TILES). With a diagonal the blocks' work is uneven, which a static walk balances worse
+/// than one program per block (JIT, causal 64 x 256: 127 against 142 TFLOP/s).
 pub fn walk_keys(head_dim: usize, diagonal: bool) -> std::ops::Range<usize> {
     match (head_dim, diagonal) {
         (128, false) => 256..768,

@@ -29,6 +29,23 @@ fn kernel_params(file: &str, kernel: &str) -> Vec<String> {
         .collect()
 }
 
+/// The integer `N` of the first line of kernels/<file> that starts with `prefix` and reads
+/// `<prefix>N` (with `N` possibly wrapped in `gl.constexpr(...)`).
+fn kernel_constant(file: &str, prefix: &str) -> u32 {
+    let src = std::fs::read_to_string(format!("{}/kernels/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let line = src.lines().find(|l| l.starts_with(prefix)).expect("constant in source");
+    line[prefix.len()..].trim_start_matches("gl.constexpr(").trim_end_matches(')').trim().parse().unwrap()
+}
+
+#[test]
+fn consumer_rows_agree_across_the_build_the_kernel_and_the_launch() {
+    // The launch encodes q's descriptor boxes with tma::CONSUMER_ROWS rows; the build checks each
+    // warp-specialized kernel against aot.py's, and the kernel loads parts of its ROWS.
+    let launch = flash_attn_rocm::triton::tma::CONSUMER_ROWS;
+    assert_eq!(kernel_constant("aot.py", "CONSUMER_ROWS = "), launch);
+    assert_eq!(kernel_constant("attention_ws.py", "ROWS = "), launch);
+}
+
 #[test]
 fn argument_structs_follow_the_kernel_signatures() {
     assert_eq!(FwdArgs::PARAMS, kernel_params("attention.py", "attn_fwd"));

@@ -17,14 +17,16 @@ of one query block of 128 or 192 rows (FlashAttention-3's split of a block betwe
   loader's warpgroup; the kernel is compiled with maxnreg = what its warps may hold, `ws_maxnreg`
   in kernels/aot.py).
 
-Every part steps over the key tiles of the whole block (a causal block's first part masks the
-keys only the later ones see), so each arrives on every `empty` barrier once per use. The last V
-tile's rows past the sequence are zeroed by the first consumer, which then lets the others read
-it (`tail_bar`).
+Each part steps over the key tiles its own rows see (`_part_tiles`: with a diagonal, a causal
+block's earlier parts see fewer than its last) and hands the block's later tiles back unread, so
+each arrives on every `empty` barrier once per use. The last V tile's rows past the sequence are
+zeroed by the last consumer, the one part that always reads that tile, which then lets the others
+that read it go on (`tail_bar`).
 
 `attn_fwd_tma_walk` (class "prefill_walk") runs the same partitions over many blocks: one
-program per SM walks the call's query blocks `first, first + programs, ...` (`Blocks`), a
-(sequence, head)'s blocks one after another so that its K/V stay in L2 while read. The loader
+program per SM walks the call's query blocks in rounds of one block per program, every other
+round in reverse (`Blocks.taken`), a (sequence, head)'s blocks one after another so that its K/V
+stay in L2 while read. The loader
 runs ahead into the next block (two Q buffer pairs, freed through `q_empty`; the K/V ring counted
 across blocks), so a block's end and the next one's first loads overlap: the programs' start and
 end that dominate prompts of a few key tiles. Each consumer zeroes the last V tile's rows past
@@ -197,39 +199,68 @@ def _full_tiles(start, diag, k_len, window_right, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
-def _attend(sh, q_h, ring0, qk_scale, start, k_len, diag, n_full, n_tiles, h: gl.constexpr, WALK: gl.constexpr,
+def _part_tiles(start, k_len, diag, n_tiles, BLOCK_N: gl.constexpr, PART: gl.constexpr):
+    """Key tiles some row of a part from `start` sees, at least one (as `_block_tiles` counts its
+    block's): the block's own count for its last part, fewer for a causal block's earlier parts."""
+    hi = gl.minimum(k_len, start + PART + diag)
+    return gl.minimum(gl.maximum((hi + BLOCK_N - 1) // BLOCK_N, 1), n_tiles)
+
+
+@gluon.jit
+def _skip(sh, ring0, first, n_tiles):
+    """Hands the block's key tiles `first ..` back unread, each once the loader filled it (an
+    arrival before then would count towards the buffer's previous use)."""
+    STAGES: gl.constexpr = sh.k_ring.shape[0]
+    for t in range(first, n_tiles):
+        r = ring0 + t
+        mbarrier.wait(sh.k_full.index(r % STAGES), (r // STAGES) & 1)
+        mbarrier.arrive(sh.k_empty.index(r % STAGES), count=1)
+        mbarrier.wait(sh.v_full.index(r % STAGES), (r // STAGES) & 1)
+        mbarrier.arrive(sh.v_empty.index(r % STAGES), count=1)
+
+
+@gluon.jit
+def _attend(sh, q_h, ring0, qk_scale, start, k_len, diag, n_full, n_tiles, LAST: gl.constexpr, WALK: gl.constexpr,
             s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
-    """One part's attention over the block's key tiles (ring tiles `ring0` on), Q in `q_h`:
-    returns the accumulator and softmax state. Releases every ring tile it reads but the last V
-    tile, which only a walking program (WALK) hands back; zeroes that tile's rows past the
-    sequence (every part when walking, else the first, then `tail_bar`)."""
+    """One part's attention over the key tiles its rows see of the block's `n_tiles` (ring tiles
+    `ring0` on), Q in `q_h`: returns the accumulator and softmax state. Releases every ring tile
+    of the block, read or not, but the last V tile it read, which only a walking program (WALK)
+    hands back; zeroes that tile's rows past the sequence (every part when walking, else the last
+    part, LAST, then `tail_bar`)."""
     PART: gl.constexpr = sh.q_parts.shape[1]
     HEAD_D: gl.constexpr = sh.q_parts.shape[2]
     STAGES: gl.constexpr = sh.k_ring.shape[0]
     BLOCK_N: gl.constexpr = sh.k_ring.shape[1]
     refill = LoaderRefill(sh.k_empty, sh.v_empty)
+    n_seen = _part_tiles(start, k_len, diag, n_tiles, BLOCK_N, PART)
     p, m_i, l_i, alpha = _first_tile(q_h, sh.k_ring, sh.k_full, ring0, qk_scale, start, k_len, diag, n_full,
                                      s_layout, p_layout)
     mbarrier.arrive(sh.k_empty.index(ring0 % STAGES), count=1)
     acc = gl.zeros([PART, HEAD_D], gl.float32, o_layout)
     acc, p, alpha, m_i, l_i = _key_loop(ring0, q_h, sh.k_ring, sh.v_ring, sh.k_full, sh.v_full, refill, acc, p,
-                                        alpha, m_i, l_i, qk_scale, start, k_len, diag, n_full, n_tiles, s_layout,
+                                        alpha, m_i, l_i, qk_scale, start, k_len, diag, n_full, n_seen, s_layout,
                                         o_layout, p_layout)
 
-    last = ring0 + n_tiles - 1
+    last = ring0 + n_seen - 1
     v_last = sh.v_ring.index(last % STAGES)
     mbarrier.wait(sh.v_full.index(last % STAGES), (last // STAGES) & 1)
-    if n_tiles * BLOCK_N > k_len:
+    # Only the block's last tile reaches past the sequence, and every part that reads it has
+    # n_seen = n_tiles: the last part always does.
+    if n_seen * BLOCK_N > k_len:
         if WALK:
-            _zero_tail(v_last, n_tiles - 1, k_len)
-        elif h == 0:
-            _zero_tail(v_last, n_tiles - 1, k_len)
+            _zero_tail(v_last, n_seen - 1, k_len)
+        elif LAST:
+            _zero_tail(v_last, n_seen - 1, k_len)
             mbarrier.arrive(sh.tail_bar, count=1)
         else:
             mbarrier.wait(sh.tail_bar, 0)
     acc = _last_pv(v_last, acc, p, alpha, o_layout)
     if WALK:
         mbarrier.arrive(sh.v_empty.index(last % STAGES), count=1)
+    elif n_seen < n_tiles:
+        # The loader may still refill this buffer for the tiles skipped below.
+        mbarrier.arrive(sh.v_empty.index(last % STAGES), count=1)
+    _skip(sh, ring0, n_seen, n_tiles)
     return acc, m_i, l_i
 
 
@@ -247,8 +278,9 @@ def _consume(sh, blk, h: gl.constexpr):
     start = blk.start_m + h * PART
     n_full = _full_tiles(start, blk.diag, blk.k_len, blk.window_right, BLOCK_N)
     mbarrier.wait(sh.q_bars.index(h), 0)
-    acc, m_i, l_i = _attend(sh, q_h, 0, blk.qk_scale, start, blk.k_len, blk.diag, n_full, blk.n_tiles, h, False,
-                            s_layout, o_layout, p_layout)
+    LAST: gl.constexpr = h == sh.q_parts.shape[0] - 1
+    acc, m_i, l_i = _attend(sh, q_h, 0, blk.qk_scale, start, blk.k_len, blk.diag, n_full, blk.n_tiles, LAST,
+                            False, s_layout, o_layout, p_layout)
     # Through this part's Q buffer: the last wgmma that read it has retired.
     _store_block(acc, m_i, l_i, blk.qk_scale, q_h, blk.Out, blk.Lse, blk.b, blk.head, blk.q_start, blk.q_len, start,
                  blk.is_varlen, blk.seqlen_q, blk.stride_lb, blk.stride_lh, blk.num_heads, s_layout, o_layout)
@@ -393,6 +425,22 @@ class Blocks:
         diag, n_tiles = _block_tiles(q_len, k_len, start_m, self.window_right, BLOCK_M, BLOCK_N)
         return b, head, head_k, q_start, q_len, k_start, k_len, fault, start_m, diag, n_tiles, m
 
+    @gluon.jit
+    def rounds(self):
+        """Rounds of the walk: each takes `num_programs` consecutive blocks, one per program."""
+        return (self.count + gl.num_programs(0) - 1) // gl.num_programs(0)
+
+    @gluon.jit
+    def taken(self, r):
+        """The block this program takes in round r, and whether there is one (the last round may
+        have none for it; the index is then clamped to the last block). Every other round runs in
+        reverse: a program that took a (sequence, head)'s heavy block takes a light one next, where
+        a static order would hand some programs only the heaviest when the blocks per head divide
+        the programs (a causal block's key tiles grow with its rows)."""
+        programs = gl.num_programs(0)
+        i = r * programs + gl.where(r % 2 == 0, gl.program_id(0), programs - 1 - gl.program_id(0))
+        return gl.minimum(i, self.count - 1), i < self.count
+
 
 @gluon.jit
 def _walk_load(sh, q_empty, blocks, q_desc, k_desc, v_desc, Fault, stride_qh, stride_kh, stride_vh, q_batch_rows,
@@ -404,12 +452,13 @@ def _walk_load(sh, q_empty, blocks, q_desc, k_desc, v_desc, Fault, stride_qh, st
     BLOCK_N: gl.constexpr = sh.k_ring.shape[1]
     ring = 0
     done = 0
-    for i in range(gl.program_id(0), blocks.count, gl.num_programs(0)):
+    for r in range(0, blocks.rounds()):
+        i, live = blocks.taken(r)
         b, head, head_k, q_start, q_len, k_start, k_len, fault, start_m, diag, n_tiles, m = blocks.at(
             i, 2 * PART, BLOCK_N)
-        if (fault != 0) & (m == 0) & (head == 0):
+        if live & (fault != 0) & (m == 0) & (head == 0):
             gl.atomic_or(Fault, fault, sem="relaxed", scope="sys")
-        if start_m < q_len:
+        if live & (start_m < q_len):
             slot = (done % 2) * 2
             for h in gl.static_range(2):
                 mbarrier.wait(q_empty.index(slot + h), ((done // 2) & 1) ^ 1)
@@ -433,17 +482,18 @@ def _walk_consume(sh, q_empty, blocks, Out, Lse, sm_scale, stride_lb, stride_lh,
     qk_scale = sm_scale * LOG2E
     ring = 0
     done = 0
-    for i in range(gl.program_id(0), blocks.count, gl.num_programs(0)):
+    for r in range(0, blocks.rounds()):
+        i, live = blocks.taken(r)
         b, head, head_k, q_start, q_len, k_start, k_len, fault, start_m, diag, n_tiles, m = blocks.at(
             i, 2 * PART, BLOCK_N)
-        if start_m < q_len:
+        if live & (start_m < q_len):
             buf = (done % 2) * 2 + h
             q_h = sh.q_parts.index(buf)
             start = start_m + h * PART
             n_full = _full_tiles(start, diag, k_len, blocks.window_right, BLOCK_N)
             mbarrier.wait(sh.q_bars.index(buf), (done // 2) & 1)
-            acc, m_i, l_i = _attend(sh, q_h, ring, qk_scale, start, k_len, diag, n_full, n_tiles, h, True, s_layout,
-                                    o_layout, p_layout)
+            acc, m_i, l_i = _attend(sh, q_h, ring, qk_scale, start, k_len, diag, n_full, n_tiles, h == 1, True,
+                                    s_layout, o_layout, p_layout)
             _store_block(acc, m_i, l_i, qk_scale, q_h, Out, Lse, b, head, q_start, q_len, start, blocks.is_varlen,
                          blocks.seqlen_q, stride_lb, stride_lh, blocks.num_heads, s_layout, o_layout)
             # Every warp has read the buffer back (`_store_block`): the loader may refill it.
@@ -476,8 +526,8 @@ def attn_fwd_tma_walk(
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr,
 ):
     """attn_fwd_tma_ws's contract and partitions, over any 1-D grid (one program per SM): program
-    p takes the blocks p, p + programs, ... of `Blocks`' order, with two Q buffer pairs; two
-    consumers (BLOCK_M = 2 x ROWS)."""
+    p takes block p of `Blocks`' order in the first round, then `Blocks.taken`'s, with two Q
+    buffer pairs; two consumers (BLOCK_M = 2 x ROWS)."""
     gl.static_assert(BLOCK_M == 2 * ROWS)
     per_head = (seqlen_q + BLOCK_M - 1) // BLOCK_M
     blocks = Blocks(CuSeqQ, CuSeqK, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads,

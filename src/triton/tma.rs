@@ -68,18 +68,23 @@ pub fn ws_keys(head_dim: usize, diagonal: bool) -> usize {
 
 /// Keys for which a call of head dim `head_dim` takes the walking class (kernels/attention_ws.py
 /// `attn_fwd_tma_walk`: the warp-specialized kernel with one program per SM walking the query
-/// blocks), where built: prompts of a few key tiles per 128-row block at d = 128 without a
-/// diagonal, whose programs' start and end it overlaps with the neighbouring blocks' work. On an
-/// H200 (`bench_gpu`, 16 heads, f16 / bf16, against what ran them before in the same run, three
-/// runs; docs/bench-gpu-h200.md): 64 x 256 1.02-1.18x / 1.04-1.13x (the short class ran it), 32 x
-/// 512 1.12-1.21x / 1.06-1.11x (the warp-specialized class); 24 x 768 1.00x / 0.98x, and walking
+/// blocks), where built: prompts of a few key tiles per 128-row block at d = 128, whose programs'
+/// start and end it overlaps with the neighbouring blocks' work. On an H200 (`bench_gpu`, 16
+/// heads, f16 / bf16, against what ran them before in the same run, three runs;
+/// docs/bench-gpu-h200.md): 64 x 256 1.02-1.18x / 1.04-1.13x (the short class ran it), 32 x 512
+/// 1.12-1.21x / 1.06-1.11x (the warp-specialized class); 24 x 768 1.00x / 0.98x, and walking
 /// every length, 16 x 1024 0.98x and 8 x 2048 0.91x (f16); its 128 x 64 tiles since then (three
 /// runs) 64 x 256 1.00-1.09x, 32 x 512 0.94-1.09x, level at 768 keys (kernels/aot.py's
-/// TMA_TILES). With a diagonal the blocks' work is uneven, which a static walk balances worse
-/// than one program per block (JIT, causal 64 x 256: 127 against 142 TFLOP/s).
+/// TMA_TILES). With a diagonal, from the short class's end to 2048 keys, since its rounds
+/// alternate direction and its parts skip the key tiles their rows do not see (JIT, three
+/// alternating turns, f16 / bf16, TFLOP/s, against the class that ran them): 32 x 512 276 / 289
+/// against the prefill class's 258 / 275, 16 x 1024 380 / 386 against 341 / 353, 8 x 2048 446 /
+/// 459 against the warp-specialized class's 433 / 449; 64 x 256 158 / 164 against the short
+/// class's 202 / 208.
 pub fn walk_keys(head_dim: usize, diagonal: bool) -> std::ops::Range<usize> {
     match (head_dim, diagonal) {
         (128, false) => 256..768,
+        (128, true) => short_keys(128, true) + 1..2049,
         _ => 0..0,
     }
 }

@@ -33,8 +33,8 @@ pub fn short_and_ws(d: usize, diagonal: bool, s_k: usize) -> (bool, bool) {
 }
 
 /// Whether a call of head dim `d` with `s_k` keys takes the walking class (one program per SM
-/// walking the query blocks) where built: d = 128 without a diagonal, 256 to 767 keys. It comes
-/// before the short and warp-specialized classes.
+/// walking the query blocks) where built: d = 128, 256 to 767 keys without a diagonal, 257 to
+/// 2048 with one. It comes before the short and warp-specialized classes.
 pub fn walks(d: usize, diagonal: bool, s_k: usize) -> bool {
-    d == 128 && !diagonal && (256..768).contains(&s_k)
+    d == 128 && if diagonal { (257..=2048).contains(&s_k) } else { (256..768).contains(&s_k) }
 }

@@ -360,6 +360,10 @@ pub fn tma_prompts_match_cpu() {
         // walking two or three blocks, with a ragged last key tile; more queries than keys.
         (6, 700, 700, 8, 2, 128, NONE, false, true),
         (4, 900, 300, 8, 4, 128, NONE, false, true),
+        // With a diagonal (257 to 2048 keys): rounds in alternate directions, parts that skip the
+        // key tiles their rows do not see, rows that see no key, a right window.
+        (2, 900, 300, 8, 2, 128, CAUSAL, false, true),
+        (3, 500, 1500, 4, 2, 128, (None, Some(40)), false, true),
         (1, 2200, 2200, 4, 1, 128, CAUSAL, false, true),
         (1, 130, 2100, 4, 2, 128, CAUSAL, false, true),
         (1, 300, 2100, 4, 2, 128, (None, Some(5)), false, true),
@@ -403,11 +407,11 @@ pub fn tma_prompts_match_cpu() {
         });
     }
     // 7 sequences of up to 200 queries, 6 heads: 168 programs, enough for an H100 or H200; then
-    // up to 600 queries and 700 keys (the walking class at d = 128: 210 blocks for one program
-    // per SM).
+    // up to 600 queries and 700 keys (the walking class at d = 128, with and without a diagonal:
+    // 210 blocks for one program per SM).
     let short_lens = [(150, 150), (1, 1), (77, 120), (0, 9), (130, 130), (64, 0), (200, 129)];
     let long_lens = [(600, 600), (1, 1), (77, 520), (0, 9), (130, 700), (64, 0), (300, 129)];
-    for (n, (d, window, lens, block_m)) in [(128, CAUSAL, short_lens, 64), (64, NONE, short_lens, 64), (128, NONE, long_lens, 128)]
+    for (n, (d, window, lens, block_m)) in [(128, CAUSAL, short_lens, 64), (64, NONE, short_lens, 64), (128, NONE, long_lens, 128), (128, CAUSAL, long_lens, 128)]
         .into_iter()
         .enumerate()
     {

@@ -26,12 +26,12 @@ that read it go on (`tail_bar`).
 `attn_fwd_tma_walk` (class "prefill_walk") runs the same partitions over many blocks: one
 program per SM walks the call's query blocks in rounds of one block per program, every other
 round in reverse (`Blocks.taken`), a (sequence, head)'s blocks one after another so that its K/V
-stay in L2 while read. The loader
-runs ahead into the next block (two Q buffer pairs, freed through `q_empty`; the K/V ring counted
-across blocks), so a block's end and the next one's first loads overlap: the programs' start and
-end that dominate prompts of a few key tiles. Each consumer zeroes the last V tile's rows past
-the sequence itself before its wgmma reads them (the other writes the same zeros: whichever lands
-last, they read as zero), since a `tail_bar` handshake could fall a phase behind across blocks.
+stay in L2 while read. The loader runs ahead into the next block (two Q buffer pairs, freed
+through `q_empty`; the K/V ring counted across blocks), so a block's end and the next one's first
+loads overlap: the programs' start and end that dominate prompts of a few key tiles. Each
+consumer that reads the last V tile zeroes its rows past the sequence itself before its wgmma
+reads them (when both do, they write the same zeros: whichever lands last, they read as zero),
+since a `tail_bar` handshake could fall a phase behind across blocks.
 """
 
 from triton.experimental import gluon
@@ -224,9 +224,10 @@ def _attend(sh, q_h, ring0, qk_scale, start, k_len, diag, n_full, n_tiles, LAST:
             s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
     """One part's attention over the key tiles its rows see of the block's `n_tiles` (ring tiles
     `ring0` on), Q in `q_h`: returns the accumulator and softmax state. Releases every ring tile
-    of the block, read or not, but the last V tile it read, which only a walking program (WALK)
-    hands back; zeroes that tile's rows past the sequence (every part when walking, else the last
-    part, LAST, then `tail_bar`)."""
+    of the block, read or not, but the last V tile it read, which it hands back only when walking
+    (WALK) or when the loader may still need that buffer (tiles skipped after it); zeroes that
+    tile's rows past the sequence (every part that reads it when walking, else the last part,
+    LAST, then `tail_bar`)."""
     PART: gl.constexpr = sh.q_parts.shape[1]
     HEAD_D: gl.constexpr = sh.q_parts.shape[2]
     STAGES: gl.constexpr = sh.k_ring.shape[0]

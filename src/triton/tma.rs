@@ -46,7 +46,7 @@ pub fn short_keys(head_dim: usize, diagonal: bool) -> usize {
 /// or three consumer warpgroups), where built: prompts of many key tiles per block, where it beat
 /// the prefill class on an H200 (`bench_gpu`, TFLOP/s, median of two turns, f16 / bf16, against the prefill class;
 /// docs/bench-gpu-h200.md): d = 128 32 x 512 non-causal 400 / 402 against 370 / 400 (the
-/// walking class now takes that: [`walk_keys`]), causal 8 x
+/// walking class now takes that, and causal calls up to 2048 keys: [`walk_keys`]), causal 8 x
 /// 2048 444 / 472 against 405 / 454 (16 x 1024 causal 341 / 353 against 358 / 377: slower), 1 x
 /// 16384 605 / 631 against 499 / 507 (where the `tl` kernels ran before); d = 256 32 x 512 465 /
 /// 482 against 439 / 439 (64 x 256: level). At d = 64 only past the prefill class, where the `tl`

@@ -364,8 +364,8 @@ pub fn tma_prompts_match_cpu() {
         // key tiles their rows do not see, rows that see no key, a right window.
         (2, 900, 300, 8, 2, 128, CAUSAL, false, true),
         (3, 500, 1500, 4, 2, 128, (None, Some(40)), false, true),
-        // The warp-specialized class with a diagonal past 2048 keys (d = 128) and 4096 (d = 64,
-        // whose first block's first two parts see one 128-key tile fewer than its third).
+        // The warp-specialized class with a diagonal past 2048 keys (d = 128) and 4096 (d = 64:
+        // the first block's first part sees 31 of its 32 key tiles).
         (1, 300, 4200, 4, 2, 64, CAUSAL, false, true),
         (1, 2200, 2200, 4, 1, 128, CAUSAL, false, true),
         (1, 130, 2100, 4, 2, 128, CAUSAL, false, true),

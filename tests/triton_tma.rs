@@ -186,7 +186,7 @@ fn the_walking_class_launches_one_program_per_sm() {
         let units = [16, 66, H100_SMS][rng.gen_range(0..3)];
         let plan = Plan::new(&call, select(&call, "sm_90", H100, sm90_images()).unwrap(), units).unwrap();
         let tile = plan.kernels.fwd.tile;
-        assert_eq!(tile == Tile::PrefillWalk, d == 128 && (!causal || s > 256), "d {d} s {s} causal {causal}: {tile:?}");
+        assert_eq!(tile == Tile::PrefillWalk, common::tma_rule::walks(d, causal, s), "d {d} s {s} causal {causal}: {tile:?}");
         let grid = match tile {
             Tile::PrefillWalk => [units as u32, 1, 1],
             _ => [s.div_ceil(plan.kernels.fwd.block_m as usize) as u32, (b * h) as u32, 1],

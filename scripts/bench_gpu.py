@@ -8,11 +8,14 @@ BENCH_BINARY is the `bench_gpu` example (built with `--features cuda-verify` for
 b*s = 16384 tokens, s = 256..16384 (64 short prompts to one long one), causal and not, our
 TFLOP/s beside `scaled_dot_product_attention`'s flash backend (FA2) and its fastest backend for
 the row (cuDNN, flash or memory-efficient); varlen batches of mixed prompt lengths beside SDPA on
-nested (jagged) tensors. `--rounds N` times each prefill row N times, ours, the baseline and
-SDPA in turn, and reports each one's median (an H200's clock under load drifts by several
-percent between runs of a few seconds). `--dims` picks the dense prefill rows' head dims (varlen
+nested (jagged) tensors. Each prefill row times ours (a `bench_gpu --serve` process), the
+baseline and SDPA's backends in bursts of about 20 ms that take turns (`bench_timing.interleaved`:
+the GPU's clock under load depends on what ran before), at least 7 x `--rounds N` bursts each,
+and reports each one's median. `--dims` picks the dense prefill rows' head dims (varlen
 runs with d = 128 only; `--no-varlen` leaves it out). `--baseline OLD_BINARY`
-adds the prefill TFLOP/s and the decode times of another build (old beside new in the same run). Decode: b = 1..64, 32 query / 8 k/v heads, d=128, s_k = 1k..128k, beside PyTorch's
+adds the prefill TFLOP/s and the decode times of another build (old beside new in the same run;
+a build with `--serve`, from the commit that added it on). Decode rows run the binary once per
+shape (its own 7 bursts, then SDPA's). Decode: b = 1..64, 32 query / 8 k/v heads, d=128, s_k = 1k..128k, beside PyTorch's
 fastest backend for it (cuDNN, memory-efficient or flash, enable_gqa), and the K/V bytes read
 per second as a fraction of the GPU's device-to-device copy bandwidth (read + write); paged
 decode (pages of 16 and 256, shuffled table) has no PyTorch counterpart, so its rows stand
@@ -29,6 +32,8 @@ import time
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from bench_timing import Served, interleaved
 
 
 def timed(fn, reps=7):
@@ -98,15 +103,30 @@ PREFILL_BACKENDS = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.
 
 
 def torch_prefill(q, k, v, causal):
-    """{backend: seconds per call} of SDPA's backends that take the call."""
-    times = {}
+    """{backend: one call} of SDPA's backends that take the call."""
+    calls = {}
     for name, backend in PREFILL_BACKENDS:
-        try:
+        def call(backend=backend):
             with sdpa_kernel(backend):
-                times[name] = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        try:
+            call()
         except RuntimeError:
-            pass
-    return times
+            continue
+        calls[name] = call
+    return calls
+
+
+def torch_burst(fn):
+    """fn as a burst timer like Served: seconds per call of n calls closed by one synchronize."""
+    def burst(n):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t) / n
+    return burst
 
 
 def prefill(binary, baseline, quick):
@@ -132,15 +152,20 @@ def prefill(binary, baseline, quick):
         varlen(binary, baseline, quick)
 
 
-def prefill_row(binary, baseline, args, head, flops, torch_times):
+def prefill_row(binary, baseline, args, head, flops, torch_calls):
     """One table row: ours (and the baseline) beside FA2 and the fastest of SDPA's backends
-    (`torch_times()`: {backend: seconds}), each the median of `--rounds` turns."""
+    (`torch_calls()`: {backend: one call}), each the median of at least 7 x `--rounds` bursts
+    taking turns with the others' (`interleaved`)."""
     rounds = int(option("--rounds", "1"))
-    turns = [(torch_times(), float(ours(binary, *args)["tflops"]), baseline and float(ours(baseline, *args)["tflops"]))
-             for _ in range(rounds)]
-    times = {name: statistics.median(t[0][name] for t in turns) for name in turns[0][0]}
-    ours_tf = statistics.median(t[1] for t in turns)
-    old = f" {statistics.median(t[2] for t in turns):.1f} |" if baseline else ""
+    served = {"ours": Served(binary, args)}
+    if baseline:
+        served["baseline"] = Served(baseline, args)
+    bursts = {name: torch_burst(fn) for name, fn in torch_calls().items()}
+    times = interleaved({**bursts, **served}, 7 * rounds)
+    for proc in served.values():
+        proc.close()
+    ours_tf = flops / times.pop("ours") / 1e12
+    old = f" {flops / times.pop('baseline') / 1e12:.1f} |" if baseline else ""
     fa2_tf = flops / times["flash"] / 1e12 if "flash" in times else float("nan")
     best = min(times, key=times.get)
     best_tf = flops / times[best] / 1e12

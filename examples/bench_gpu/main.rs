@@ -2,7 +2,9 @@
 //! `cuda-verify` build): one shape per run, the median of 7 timed repetitions, each a burst of
 //! launches closed by one synchronize (`ms`), and the median launch-to-result latency of one call
 //! followed by a synchronize (`latency_us`). Prints one line `key=value ...` for
-//! scripts/bench_gpu.py, which interleaves it with PyTorch's SDPA.
+//! scripts/bench_gpu.py, which interleaves it with PyTorch's SDPA. With `--serve` it times bursts
+//! on request instead ([`serve`]), so that the script can alternate ours with PyTorch's burst by
+//! burst.
 //!
 //! q, k and v hold standard normal values, as PyTorch's `randn` gives SDPA in
 //! scripts/bench_gpu.py: under load the GPU's clock depends on the data (zeros draw less power
@@ -25,7 +27,9 @@ const USAGE: &str = "usage:
 SPLITS forces the key split count, to tune the heuristic of src/triton/split.rs.
 Decode and paged shapes take the extras after the numbers: --window LEFT (a sliding window of
 LEFT keys before the query, causal), --softcap X, --alibi (slopes 2^-8h/H); kv_gbps then counts
-the keys the window shows.";
+the keys the window shows.
+--serve (any mode): after one warm-up launch, print `ready`, then read a count N per line and
+answer each with the seconds per launch of a burst of N launches closed by one synchronize.";
 
 /// One benchmark shape.
 struct BenchShape {
@@ -139,6 +143,8 @@ fn main() -> anyhow::Result<()> {
         println!("{USAGE}");
         return Ok(());
     }
+    let serving = args.iter().any(|a| a == "--serve");
+    let args: Vec<String> = args.into_iter().filter(|a| a != "--serve").collect();
     let (dtype, x) = parse(&args)?;
     let driver = if cfg!(feature = "cuda-verify") { Driver::cuda()? } else { Driver::hip()? };
     driver.set_device(0)?;
@@ -235,6 +241,9 @@ fn main() -> anyhow::Result<()> {
     let run = || unsafe { launch(driver, &call, &plan, &buffers) };
     run()?;
     driver.synchronize()?;
+    if serving {
+        return serve(driver, run);
+    }
     let once = Instant::now();
     run()?;
     driver.synchronize()?;
@@ -277,5 +286,23 @@ fn main() -> anyhow::Result<()> {
         plan.kernels.fwd.block_m,
         plan.kernels.fwd.block_n
     );
+    Ok(())
+}
+
+/// `--serve`: the seconds per launch of a burst of N launches (closed by one synchronize) for each
+/// line N read, until the input ends. scripts/bench_gpu.py alternates these bursts with PyTorch's
+/// in one timeline: under sustained load the GPU's clock drifts with what ran before (an H200's
+/// SM clock between 1,650 and 1,980 MHz), so bursts timed apart would compare different clocks.
+fn serve(driver: &'static Driver, run: impl Fn() -> candle::Result<()>) -> anyhow::Result<()> {
+    use std::io::BufRead;
+    println!("ready");
+    for line in std::io::stdin().lock().lines() {
+        let n: usize = line?.trim().parse()?;
+        let t = Instant::now();
+        (0..n.max(1)).try_for_each(|_| run())?;
+        driver.synchronize()?;
+        println!("{}", t.elapsed().as_secs_f64() / n.max(1) as f64);
+    }
+    flash_attn_rocm::triton::take_faults(driver)?;
     Ok(())
 }

@@ -40,6 +40,11 @@ class Served:
             raise SystemExit(f"bench_gpu --serve: {err.strip()}")
 
 
+def burst_size(burst):
+    """Calls in a burst of about BURST_SECONDS (1 to 1000), from a burst of one."""
+    return max(1, min(1000, int(BURST_SECONDS / burst(1)) + 1))
+
+
 def turn_order(n, cycles, rng):
     """An order of bursts of sides 0 .. n - 1 in which, after the first (a warm-up), every side
     runs right after every side (itself included) exactly `cycles` times: an Eulerian circuit of
@@ -66,7 +71,7 @@ def interleaved(bursts, reps):
     a burst of n out); each side's burst is sized to about BURST_SECONDS, and the sides take turns
     burst by burst in `turn_order` (a fixed seed: the same order for every row)."""
     names = list(bursts)
-    sizes = {name: max(1, min(1000, int(BURST_SECONDS / burst(1)) + 1)) for name, burst in bursts.items()}
+    sizes = {name: burst_size(burst) for name, burst in bursts.items()}
     # The order, then the same order backwards (the walk back uses every edge the other way:
     # still every pair as often), so that each side's bursts sit symmetrically about the run's
     # middle, where a clock drifting through the run puts every side's median.

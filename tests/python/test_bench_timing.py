@@ -56,7 +56,7 @@ def one_after_another(gpu, reps):
     out = {}
     for side in gpu.base:
         burst = gpu.timer(side)
-        size = max(1, min(1000, int(bt.BURST_SECONDS / burst(1)) + 1))
+        size = bt.burst_size(burst)
         out[side] = statistics.median(burst(size) for _ in range(reps))
     return out
 

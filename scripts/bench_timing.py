@@ -51,7 +51,7 @@ def turn_order(n, cycles, rng):
     the complete directed graph with loops on the sides, each edge `cycles` times, its edges taken
     in `rng`'s order (Hierholzer's algorithm), so that no side holds the same places in every
     stretch of the run. A burst runs a little slower right after a hotter one (two processes of
-    the same binary differed by 2-3% on an H200 when one always ran right after the other), so
+    the same binary differed by up to 3.3% on an H200 when one always ran right after the other), so
     every side must see the same predecessors. n * n * cycles + 1 bursts; the first is the last."""
     unused = {a: [b for b in range(n) for _ in range(cycles)] for a in range(n)}
     for edges in unused.values():

@@ -33,24 +33,16 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bench_timing import Served, interleaved
+from bench_timing import Served, burst_size, interleaved
 
 
 def timed(fn, reps=7):
+    """Median seconds per call of `reps` bursts of about bench_timing.BURST_SECONDS, one after
+    another (decode rows and the copy bandwidth; prefill rows take turns: `interleaved`)."""
     fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    iters = max(1, min(1000, int(0.02 / (time.perf_counter() - t) + 1)))
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t) / iters)
-    return statistics.median(times)
+    burst = torch_burst(fn)
+    size = burst_size(burst)
+    return statistics.median(burst(size) for _ in range(reps))
 
 
 def latency(fn, reps=51):

@@ -14,7 +14,6 @@ import stat
 import statistics
 import sys
 import tempfile
-import textwrap
 import unittest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -821,8 +821,9 @@ pub fn flash_attn_varlen_paged_windowed_with_lse(
 ///
 /// A GPU call leaves its seqlens and block table on the device, where the kernels check them
 /// (no host round trip per call): a bad value is replaced (its sequence computed as empty, its
-/// output rows zero) and recorded in a fault slot of the thread and stream that queued the call.
-/// That thread's next call on the same stream fails with the `Err` (and is not run); a
+/// output rows zero) and recorded in the call's fault word, which the thread that queued it reads.
+/// That thread's next call on the same stream fails with the `Err` (and is not run), once per
+/// bad call however long its kernels run; a
 /// thread that made its last call, or that wants to know before its next one, synchronizes the
 /// device and calls this. See the crate's [errors](crate#errors). CPU calls check their side
 /// tensors on the host and fail themselves, so on the CPU (and in a build without GPU support)

@@ -109,9 +109,12 @@
 //!
 //! **Seqlens and block tables on a GPU.** A GPU call checks its side tensors' shapes at once
 //! but leaves their values on the device (no host round trip per call): the kernels check them,
-//! replace an out-of-range value (its sequence is computed as empty: output rows 0, LSE `-inf`)
-//! and record the fault for the thread and stream that queued the call. The call itself has
-//! returned `Ok`; the fault surfaces as an `Err` naming the tensor
+//! replace an out-of-range value and record the fault in the call's own fault word, which the
+//! thread that queued the call reads. Cumulative seqlens out of range make their sequence empty
+//! (output rows 0, LSE `-inf`); a block id outside the cache is read as block 0, so that
+//! sequence's rows hold attention over the wrong keys: the fault says to discard the output.
+//! The call itself has returned `Ok`; the fault surfaces, once per bad call however long its
+//! kernels run, as an `Err` naming the tensor
 //! - at that thread's next call on the same stream (which is then not run), or
 //! - at [`take_gpu_faults`], which that thread calls after synchronizing the device (e.g. before
 //!   answering a request; see its example).

@@ -38,6 +38,8 @@ fn main() {
         ("bad_calls_are_reported_to_their_own_thread", attribution::bad_calls_are_reported_to_their_own_thread),
         #[cfg(feature = "candle-cuda")]
         ("bad_calls_are_reported_to_their_own_stream", attribution::bad_calls_are_reported_to_their_own_stream),
+        #[cfg(feature = "candle-cuda")]
+        ("a_long_bad_call_fails_at_most_one_later_call", attribution::a_long_bad_call_fails_at_most_one_later_call),
     ])
 }
 

@@ -161,7 +161,7 @@ pub fn forward<D: GpuDevice>(
     })
 }
 
-/// Whether the kernels' fault bits reach the host's fault slots on this device. HIP requires
+/// Whether the kernels' fault bits reach the host's fault words on this device. HIP requires
 /// PCIe atomics (host-native atomics) for device atomics on host memory: without them an
 /// `atomic_or` may be dropped. CUDA performs such atomics without them, only not atomically with
 /// respect to the host, which the host's swap tolerates (a bit may be read twice, never lost).
@@ -204,16 +204,15 @@ fn queue<D: GpuDevice>(
         KernelFamily::Triton(_) => true,
     };
     let work = if launched { Work::plan(call, family, info.units)? } else { Work::Nothing };
-    // Told (and, under `explain`, stopped) before anything with a side effect: the fault slots
+    // Told (and, under `explain`, stopped) before anything with a side effect: the fault words
     // below, the allocations.
     crate::explain::chosen(|| Ok(dispatch(driver, device.ordinal(), info, call, (family, &built), &work)))?;
     // Both families read the seqlens and block table where they lie and check them there (CK:
-    // the guard kernel; Triton: the kernels themselves), reporting to this thread's fault slot
-    // for the stream. Out-of-range values found in this thread's earlier call on this stream
-    // fail this one, without synchronizing; other threads' and streams' calls are not seen.
+    // the guard kernel; Triton: the kernels themselves), reporting to the call's own fault word.
+    // Out-of-range values found in this thread's earlier calls on this stream fail this one,
+    // once per bad call, without synchronizing; other threads' and streams' calls are not seen.
     let stream = device.stream();
-    crate::rocm::faults_to_result(driver.take_stream_faults(stream))?;
-    let fault = driver.fault_slot(stream)?.device_addr();
+    crate::rocm::faults_to_result(driver.take_stream_faults(device.ordinal(), stream))?;
     let prefill = !launched || rows_written < call.total_q;
     let mut out = device.alloc(call.dtype, call.total_q * call.num_heads * call.head_dim, prefill)?;
     let lse_len: usize = call.lse_dims().iter().product();
@@ -222,9 +221,7 @@ fn queue<D: GpuDevice>(
     let lse_buffer = want_lse || matches!(family, KernelFamily::Triton(_)) || lse_buffer_required(call);
     let mut lse = lse_buffer.then(|| device.alloc(DType::F32, lse_len, false)).transpose()?;
     let mut scratch = Scratch::allocate(device, call, work)?;
-    // The kernels read a block-table row as consecutive ids; the CPU backend takes any strides,
-    // so a table whose last dim is strided is copied (on its device) rather than refused.
-    let table = req.varlen.and_then(|v| v.block_table).map(|t| if unit_row_stride(t.layout()) { Ok(t.clone()) } else { t.contiguous() }).transpose()?;
+    let table = req.varlen.and_then(|v| v.block_table).map(table_with_unit_row_stride).transpose()?;
     let side = side_tensors(req, call, table.as_ref());
     let mut buffers: Vec<&mut D::Buffer> = std::iter::once(&mut out).chain(lse.as_mut()).chain(scratch.buffers.iter_mut()).collect();
     device.with_addresses(&side, &mut buffers, |side_addrs, addrs| {
@@ -244,12 +241,13 @@ fn queue<D: GpuDevice>(
             out: addrs[0],
             lse: lse_addr,
             stream,
-            fault,
             ..DeviceBuffers::default()
         };
         attach_side_tensors(req, call, side_addrs, &mut buffers)?;
         let scratch_addrs = &addrs[1 + usize::from(lse_buffer)..];
-        scratch.work.launch(driver, call, family, buffers, scratch_addrs)
+        driver.queue_with_fault_word(device.ordinal(), stream, |fault| {
+            scratch.work.launch(driver, call, family, DeviceBuffers { fault, ..buffers }, scratch_addrs)
+        })
     })?;
     drop(scratch);
     Ok((out, lse.filter(|_| want_lse)))
@@ -286,6 +284,19 @@ fn side_tensors<'a>(req: &Request<'a>, call: &'a AttnCall, table: Option<&'a Ten
         side.extend(table);
     }
     side
+}
+
+/// `table` itself when the ids of each row are consecutive elements (the kernels read a row so),
+/// else a contiguous copy on its device: the CPU backend takes any strides, so a strided table
+/// is copied rather than refused. The copy is `affine(1, 0)`, exact for u32 and i32, because
+/// Candle devices have that kernel for both dtypes where they lack others: Candle 0.11.1's CUDA
+/// device has no strided copy (`ucopy_i32`) and no cast for i32, so `contiguous()` of an i32
+/// table failed with "named symbol not found".
+fn table_with_unit_row_stride(table: &Tensor) -> Result<Tensor> {
+    if unit_row_stride(table.layout()) {
+        return Ok(table.clone());
+    }
+    table.affine(1.0, 0.0)
 }
 
 /// Whether the ids of a block-table row (a `(b, max_blocks)` layout) are consecutive elements.

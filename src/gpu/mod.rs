@@ -16,7 +16,7 @@ mod cuda;
 #[cfg(feature = "amd-emulator")]
 pub mod emulator;
 mod error;
-mod fault_slots;
+mod fault_words;
 mod hip;
 mod library;
 mod loader;
@@ -28,7 +28,7 @@ use std::sync::{Arc, OnceLock};
 
 pub use buffer::DeviceBuffer;
 pub use error::{Api, GpuError, GpuResult, NOT_A_DRIVER_STATUS};
-pub use fault_slots::FaultSlot;
+pub use fault_words::FaultWord;
 pub use hip::{HIP_DEVICE_PROP_R0600_SIZE, HIP_GCN_ARCH_NAME_OFFSET, HIP_HEADER_CHECK};
 pub use crate::triton::targets::DeviceLimits;
 pub use module::{Function, Module};
@@ -117,7 +117,7 @@ trait Backend: Send + Sync {
     unsafe fn copy_to_host(&self, dst: &mut [u8], src: usize) -> GpuResult<()>;
     /// Allocates `bytes` (> 0) of page-locked host memory that is mapped into the address space
     /// of every device (portable) and coherent (device writes reach the host without a copy or
-    /// a synchronization). Never freed: the fault slots in it are reused for the life of the
+    /// a synchronization). Never freed: the fault words in it are reused for the life of the
     /// process.
     fn alloc_mapped_host(&self, bytes: usize) -> GpuResult<MappedHostMemory>;
     /// Queues on `stream` the write of `value` to `count` u32 words at `addr`.
@@ -190,9 +190,9 @@ fn synchronize_through_shared_call<B: Backend + ?Sized>(backend: &B) -> GpuResul
 /// library and every function pointer taken from it stay valid for the whole process.
 pub struct Driver {
     backend: Box<dyn Backend>,
-    /// The fault slots of the threads that launch ([`Driver::fault_slot`]); shared with the
-    /// threads' records of the slots they hold, which give them back when a thread ends.
-    fault_slots: Arc<fault_slots::SlotPool>,
+    /// The fault words of the calls queued ([`Driver::queue_with_fault_word`]); shared with the
+    /// threads' records of their calls in flight, which give the words back once finished.
+    fault_words: Arc<fault_words::WordPool>,
 }
 
 /// The process-wide drivers, opened on first use.
@@ -213,7 +213,7 @@ impl Driver {
     fn new(backend: Box<dyn Backend>) -> Driver {
         Driver {
             backend,
-            fault_slots: Arc::default(),
+            fault_words: Arc::default(),
         }
     }
 

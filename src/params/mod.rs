@@ -156,9 +156,11 @@ impl AttnCall {
     /// the call must then keep out-of-range values from reaching a kernel (the ROCm CK path
     /// does so on the device: `rocm::guard`; the Triton kernels check them themselves).
     ///
-    /// Except with `max_seqlen_q == 0`: no kernel runs for such a call, so none could find a
-    /// sequence with query rows (which `max_seqlen_q` forbids); its values are read and checked
-    /// as [`AttnCall::new`] does, and the call is refused or accepted as on the CPU.
+    /// Except where no kernel would check them: with `max_seqlen_q == 0`, `max_seqlen_k == 0`
+    /// or no rows of q, no kernel runs (or none reads the seqlens) for such a call, so none
+    /// could find a sequence longer than the maxima allow or past the rows; its values are read
+    /// and checked as [`AttnCall::new`] does, and the call is refused or accepted as on the CPU
+    /// (issue 56: CK returned zeros for `max_seqlen_k == 0` with keys in `seqlens_k`).
     pub fn on_device(
         req: &Request<'_>,
         dtypes: [DType; 3],
@@ -199,7 +201,8 @@ impl AttnCall {
                 (seqs, shapes.seqlen_q, shapes.seqlen_k)
             }
             Some(varlen) => {
-                let seqs = if read_values || varlen.max_seqlen_q == 0 {
+                let no_kernel_reads = varlen.max_seqlen_q == 0 || varlen.max_seqlen_k == 0 || shapes.rows_q == 0;
+                let seqs = if read_values || no_kernel_reads {
                     Sequences::from_varlen(varlen, &shapes, k)?
                 } else {
                     Sequences::from_varlen_unread(varlen, &shapes, k)?

@@ -132,3 +132,58 @@ fn max_seqlen_q_zero_is_checked_on_the_host_for_the_device_too() {
         }
     }
 }
+
+/// Issue 56: a call with `max_seqlen_k == 0` (CK launched nothing and returned zeros where the
+/// CPU refuses keys in `seqlens_k`) or with no rows of q (the Triton kernels never read the
+/// seqlens) has no kernel to check its side tensors. The device constructor reads them for such
+/// calls and answers as the host one: the same `Err`, or the same sequences.
+#[test]
+fn calls_no_kernel_checks_are_checked_on_the_host_for_the_device_too() {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    let mut refused = 0;
+    for _ in 0..400 {
+        let batch = rng.gen_range(1..5);
+        let lens_q: Vec<u32> = (0..batch).map(|_| if rng.gen_bool(0.3) { 0 } else { rng.gen_range(0..4) }).collect();
+        let lens_k: Vec<u32> = (0..batch).map(|_| if rng.gen_bool(0.3) { 0 } else { rng.gen_range(0..9) }).collect();
+        let cumulative = |lens: &[u32]| std::iter::once(0).chain(lens.iter().scan(0, |total, len| { *total += len; Some(*total) })).collect::<Vec<u32>>();
+        let (mut cu_q, cu_k) = (cumulative(&lens_q), cumulative(&lens_k));
+        // Sometimes q has no rows while the seqlens say otherwise.
+        let rows_q = if rng.gen_bool(0.3) { 0 } else { *cu_q.last().unwrap() as usize };
+        if rows_q == 0 && rng.gen_bool(0.5) {
+            cu_q.iter_mut().for_each(|c| *c = 0);
+        }
+        let q = zeros(&[rows_q, 2, 8]);
+        let k = zeros(&[*cu_k.last().unwrap() as usize, 1, 8]);
+        let (cu_q, cu_k) = (Tensor::new(cu_q.as_slice(), &Device::Cpu).unwrap(), Tensor::new(cu_k.as_slice(), &Device::Cpu).unwrap());
+        let max_q = if rng.gen_bool(0.5) { 0 } else { rng.gen_range(1..4) };
+        let max_k = if rng.gen_bool(0.5) { 0 } else { rng.gen_range(1..9) };
+        let varlen = VarLenRequest {
+            seqlens_q: &cu_q,
+            seqlens_k: &cu_k,
+            max_seqlen_q: max_q,
+            max_seqlen_k: max_k,
+            block_table: None,
+            page_block_size: None,
+            mm_prefix_ranges: None,
+        };
+        let req = request(Some(varlen));
+        let dtypes = [candle::DType::F16; 3];
+        let on_host = AttnCall::new(&req, dtypes, q.layout(), k.layout(), k.layout());
+        let on_device = AttnCall::on_device(&req, dtypes, q.layout(), k.layout(), k.layout());
+        let what = format!("lens q {lens_q:?} k {lens_k:?}, {rows_q} rows of q, max ({max_q}, {max_k})");
+        if !(max_q == 0 || max_k == 0 || rows_q == 0) {
+            continue;
+        }
+        refused += usize::from(on_host.is_err());
+        match (on_host, on_device) {
+            (Err(host), Err(device)) => assert_eq!(host.to_string().lines().next(), device.to_string().lines().next(), "{what}"),
+            (Ok(host), Ok(device)) => {
+                assert!(device.seqs.unread().is_none(), "{what}: the device constructor left the values unread");
+                assert_eq!(host.seqs.iter().collect::<Vec<_>>(), device.seqs.iter().collect::<Vec<_>>(), "{what}");
+            }
+            (host, device) => panic!("{what}: the host says {:?}, the device path {:?}", host.err(), device.err()),
+        }
+    }
+    assert!(refused > 20, "the draw refuses some calls ({refused})");
+}

@@ -233,13 +233,13 @@ pub mod bridge {
         page_block_size: i32,
         /// The caller's `hipStream_t`; 0 is the null stream.
         stream: usize,
-        /// Device address of the u32 fault slot (mapped host memory) the guard `atomic_or`s
-        /// [`SideTensorFault`] bits into: the calling thread's for `stream`
-        /// (`crate::gpu::Driver::fault_slot`), shared with the Triton kernels.
+        /// Device address of the call's u32 fault word (mapped host memory) the guard
+        /// `atomic_or`s [`SideTensorFault`] bits into (`crate::gpu::Driver::queue_with_fault_word`),
+        /// shared with the call's Triton kernels.
         fault: usize,
     }
 
-    /// Bits of a fault slot: which side tensor held an out-of-range value.
+    /// Bits of a fault word: which side tensor held an out-of-range value.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     #[repr(u32)]
     enum SideTensorFault {

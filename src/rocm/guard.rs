@@ -6,12 +6,12 @@
 //! stream: it copies them into scratch ([`guard_scratch_len`]), replacing each value that would
 //! make CK index out of bounds (a cumulative seqlen that steps back, passes the rows of q or k,
 //! or makes a sequence longer than max_seqlen_q/k or than its block-table row holds: that
-//! sequence becomes empty; a block id outside the cache: block 0), and sets a bit in the calling
-//! thread's fault slot for the stream (`DeviceBuffers::fault`, mapped host memory, shared with
-//! the Triton kernels). CK reads the copies. The slot is read without synchronizing by the same
-//! thread's next call on that stream, which then fails with an `Err` naming the tensor (the call
-//! that had the bad values has already returned `Ok`; its output rows for the affected sequences
-//! are zeros), or explicitly by [`crate::take_gpu_faults`] after a synchronize.
+//! sequence becomes empty; a block id outside the cache: block 0, as the Triton kernels read it),
+//! and sets a bit in the call's fault word (`DeviceBuffers::fault`, mapped host memory, shared
+//! with the Triton kernels). CK reads the copies. The word is read without synchronizing by the
+//! same thread's next call on that stream, which then fails with an `Err` naming the tensor (the
+//! call that had the bad values has already returned `Ok`), or explicitly by
+//! [`crate::take_gpu_faults`] after a synchronize.
 use super::ffi::{CkSideTensorGuard, SideTensorFault};
 use super::marshal::DeviceBuffers;
 use crate::params::{AttnCall, Mode};
@@ -32,7 +32,7 @@ pub fn guard_params(call: &AttnCall, buffers: &DeviceBuffers, scratch: usize) ->
         return Ok(None);
     }
     if buffers.fault == 0 {
-        candle::bail!("flash-attn-rocm: the side-tensor guard reports to a fault slot: pass Driver::fault_slot's address")
+        candle::bail!("flash-attn-rocm: the side-tensor guard reports to a fault word: pass the one Driver::queue_with_fault_word gives the call")
     }
     let int = |what: &str, v: usize| {
         i32::try_from(v).map_err(|_| candle::Error::Msg(format!("flash-attn-rocm: {what} = {v} exceeds CK's 32-bit indexing")))
@@ -94,7 +94,8 @@ pub fn faults_to_result(bits: u32) -> Result<()> {
     let found: Vec<&str> = names.iter().filter(|(f, _)| bits & f.repr != 0).map(|(_, n)| *n).collect();
     candle::bail!(
         "flash-attn-rocm: an earlier call of this thread (not this one) had out-of-range values in {}; the kernels \
-         replaced them (affected sequences were computed as empty, their output rows are zeros) and this call was not run",
+         replaced them (a sequence with bad seqlens was computed as empty, a bad block id read block 0: discard \
+         that call's output) and this call was not run",
         found.join(" and ")
     )
 }
@@ -198,7 +199,7 @@ mod tests {
             assert_eq!((g.batch, g.rows_q, g.rows_k), (b as i32, total_q as i32, total_k as i32 + 5));
             assert_eq!((g.seqstart_q_in, g.seqstart_k_in, g.block_table_in), (0x5000, 0x6000, 0));
             assert_eq!((g.seqstart_q_out, g.seqstart_k_out), (0x9000, 0x9000 + 4 * (b + 1)));
-            assert_eq!(g.fault, 0xa000, "the guard reports to the call's fault slot");
+            assert_eq!(g.fault, 0xa000, "the guard reports to the call's fault word");
             let guarded = guarded_buffers(&BUFFERS, &g);
             assert_eq!((guarded.seqstart_q, guarded.seqstart_k, guarded.q, guarded.stream), (0x9000, 0x9000 + 4 * (b + 1), 0x1000, 0x8000));
             // The same call read on the host bounds k by the last seqlen instead of k's rows.

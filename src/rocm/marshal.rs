@@ -53,9 +53,9 @@ pub struct DeviceBuffers {
     pub mm_prefix_row_stride: usize,
     /// The stream to run on (`hipStream_t`; `CUstream` on the CUDA verification path).
     pub stream: usize,
-    /// The device address of the fault slot (a u32 in mapped host memory,
-    /// `crate::gpu::Driver::fault_slot`) the Triton kernels and CK's side-tensor guard report
-    /// out-of-range side tensors to.
+    /// The device address of the call's fault word (a u32 in mapped host memory,
+    /// `crate::gpu::Driver::queue_with_fault_word`) the Triton kernels and CK's side-tensor
+    /// guard report out-of-range side tensors to.
     pub fault: usize,
 }
 

@@ -91,8 +91,8 @@ kernel_args! {
         block_table: ptr = "BlockTable",
         alibi_slopes: ptr = "AlibiSlopes",
         mm_prefix: ptr = "MmPrefix",
-        /// The fault slot (u32, mapped host memory) of the launching thread and stream, which
-        /// out-of-range side tensors are reported to.
+        /// The call's fault word (u32, mapped host memory), which out-of-range side tensors are
+        /// reported to.
         fault: ptr = "Fault",
         sm_scale: f32 = "sm_scale",
         softcap: f32 = "softcap",

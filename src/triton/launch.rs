@@ -84,24 +84,40 @@ fn function(driver: &'static Driver, device: DeviceKey, image: &'static KernelIm
 
 /// Queues `plan` for `call` on `buffers.stream` of the current device: the attention kernel,
 /// then the merge when the keys are split. Returns once queued; errors of the kernels surface at
-/// the stream's next synchronization, out-of-range side tensors in this thread's fault slot for
-/// the stream ([`Driver::fault_slot`], read by [`take_faults`] or the thread's next call on the
+/// the stream's next synchronization, out-of-range side tensors in the fault word of the call
+/// (`buffers.fault`; when 0, one of this thread's for the stream from
+/// [`Driver::queue_with_fault_word`], read by [`take_faults`] or the thread's next call on the
 /// stream). `call` may leave its seqlens and block table unread ([`AttnCall::on_device`]): the
-/// kernels check them. `buffers.fault` is set here.
+/// kernels check them.
 ///
 /// # Safety
 /// Every address in `buffers` must be a device allocation of the current device large enough
 /// for `call` (and `plan.scratch_lens` for the accumulators), alive and unchanged (inputs) until
 /// the stream has run the kernels; outputs must not alias inputs; `buffers.stream` must be a live
-/// stream of that device or 0.
+/// stream of that device or 0; a non-zero `buffers.fault` is a fault word that
+/// [`Driver::queue_with_fault_word`] gave this call.
 pub unsafe fn launch(driver: &'static Driver, call: &AttnCall, plan: &Plan, buffers: &DeviceBuffers) -> Result<()> {
     if plan.is_empty() {
         return Ok(());
     }
     let device = device_key(driver)?;
-    let buffers = DeviceBuffers { fault: driver.fault_slot(buffers.stream)?.device_addr(), ..*buffers };
-    let fwd = fwd_args(call, &buffers, plan)?;
-    let image = plan.kernels.fwd_for(call, plan.num_splits, &buffers);
+    if buffers.fault != 0 {
+        // SAFETY: forwarded from the caller.
+        return unsafe { launch_reporting_to(driver, device, call, plan, buffers) };
+    }
+    driver.queue_with_fault_word(device.1, buffers.stream, |fault| {
+        // SAFETY: forwarded from the caller, with the call's own fault word.
+        unsafe { launch_reporting_to(driver, device, call, plan, &DeviceBuffers { fault, ..*buffers }) }
+    })
+}
+
+/// [`launch`] with `buffers.fault` set.
+///
+/// # Safety
+/// As for [`launch`].
+unsafe fn launch_reporting_to(driver: &'static Driver, device: DeviceKey, call: &AttnCall, plan: &Plan, buffers: &DeviceBuffers) -> Result<()> {
+    let fwd = fwd_args(call, buffers, plan)?;
+    let image = plan.kernels.fwd_for(call, plan.num_splits, buffers);
     let values = match image.family {
         Family::FwdTma => {
             let views = tma::views(call, &fwd, image);
@@ -127,9 +143,9 @@ pub unsafe fn launch(driver: &'static Driver, call: &AttnCall, plan: &Plan, buff
 }
 
 /// `Err` naming the side tensors that held out-of-range values in calls this thread queued on
-/// `driver` (any stream) since the last check, and clears the record; the kernels replaced them
-/// (the sequences they broke were computed as empty). Calls of other threads are not seen.
-/// Reads this thread's fault slots in mapped host memory: no synchronization, so a call still
+/// `driver` (any stream) that no check has reported yet; each bad call is reported once. The
+/// kernels replaced the values (see the crate's errors). Calls of other threads are not seen.
+/// Reads the calls' fault words in mapped host memory: no synchronization, so a call still
 /// queued reports at a later check (synchronize its stream first to see every call so far).
 pub fn take_faults(driver: &'static Driver) -> Result<()> {
     crate::rocm::faults_to_result(driver.take_thread_faults())
@@ -246,10 +262,17 @@ mod tests {
         take_faults(driver).unwrap();
         assert_eq!(state.copies_to_host.load(Ordering::SeqCst), 0);
         assert_eq!(state.synchronizes.load(Ordering::SeqCst), 0);
-        // A kernel's report, as attn_fwd's atomic_or writes it; read in place by the next check.
-        let slot = driver.fault_slot(buffers.stream).unwrap();
-        // SAFETY: the mock's device address of the slot is its host address, alive for good.
-        unsafe { (*(slot.device_addr() as *const std::sync::atomic::AtomicU32)).fetch_or(4, Ordering::SeqCst) };
+        // A call given its fault word, and a kernel's report into it as attn_fwd's atomic_or
+        // writes it; read in place by the next check.
+        let device = driver.current_device().unwrap();
+        let word = driver
+            .queue_with_fault_word(device, buffers.stream, |fault| {
+                // SAFETY: as above.
+                unsafe { launch(driver, &call, &plan, &DeviceBuffers { fault, ..buffers }) }.map(|()| fault)
+            })
+            .unwrap();
+        // SAFETY: the mock's device address of the word is its host address, alive for good.
+        unsafe { (*(word as *const std::sync::atomic::AtomicU32)).fetch_or(4, Ordering::SeqCst) };
         let err = take_faults(driver).unwrap_err().to_string();
         assert!(err.contains("block_table") && err.contains("earlier call"), "{err}");
         take_faults(driver).unwrap();

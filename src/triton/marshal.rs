@@ -146,7 +146,7 @@ pub fn fwd_args(call: &AttnCall, buffers: &DeviceBuffers, plan: &Plan) -> Result
         candle::bail!("flash-attn-rocm: the Triton kernels always write the LSE: pass an f32 buffer of lse_dims()")
     }
     if buffers.fault == 0 {
-        candle::bail!("flash-attn-rocm: the Triton kernels report bad side tensors to a fault slot: pass Driver::fault_slot's address")
+        candle::bail!("flash-attn-rocm: the Triton kernels report bad side tensors to a fault word: pass the one Driver::queue_with_fault_word gives the call")
     }
     if plan.num_splits > 1 {
         if buffers.lse_acc == 0 || buffers.o_acc == 0 {

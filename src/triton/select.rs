@@ -75,9 +75,19 @@ impl Kernels {
 /// positive normal f32 scale; the EXTRAS kernels scale every score first, so they serve a scale
 /// <= 0 or one that the product flushes to zero.
 pub fn needs_extras(call: &AttnCall) -> bool {
+    has_extra_features(call) || !scale_folds(call)
+}
+
+/// Whether `call` has ALiBi, a softcap or prefix ranges.
+fn has_extra_features(call: &AttnCall) -> bool {
+    call.alibi.is_some() || call.softcap.is_some() || call.mm_prefix.is_some()
+}
+
+/// Whether the plain kernels can fold `call`'s softmax scale into the exponent: `softmax_scale *
+/// log2(e)` is a positive normal f32.
+fn scale_folds(call: &AttnCall) -> bool {
     let qk_scale = call.softmax_scale * std::f32::consts::LOG2_E;
-    let folds = qk_scale.is_normal() && qk_scale > 0.0;
-    call.alibi.is_some() || call.softcap.is_some() || call.mm_prefix.is_some() || !folds
+    qk_scale.is_normal() && qk_scale > 0.0
 }
 
 /// Picks the kernels for `call` on a device of arch `device` with `limits` among `images` (the
@@ -137,14 +147,21 @@ fn nothing_fits(
     });
     let Some(need) = built_for_call.map(|kernels| kernels.neediest()).min_by_key(|image| (image.shared, image.threads))
     else {
-        let Wanted { dtype, d, paged, extras, .. } = wanted;
+        let Wanted { dtype, d, paged, extras, features, softmax_scale, .. } = wanted;
+        let why_extras = match (extras, features) {
+            (false, _) => String::new(),
+            (true, true) => ", with ALiBi/softcap/mm_prefix_ranges (the extras variants)".to_owned(),
+            (true, false) => format!(
+                ", softmax_scale {softmax_scale} (not a positive normal scale: the plain kernels fold the scale into \
+                 the exponent, only the extras variants `*_x` scale every score)"
+            ),
+        };
         return candle::Error::Msg(format!(
-            "flash-attn-rocm: no Triton kernel built for {}, {dtype:?}, head dim {d}{}{}. \
+            "flash-attn-rocm: no Triton kernel built for {}, {dtype:?}, head dim {d}{}{why_extras}. \
              Rebuild with FLASH_ATTN_ROCM_TRITON_DIMS holding a tile >= {d}, FLASH_ATTN_ROCM_DTYPES and \
              FLASH_ATTN_ROCM_TRITON_FILTER covering it",
             targets.join(", "),
             if paged { ", paged K/V" } else { "" },
-            if extras { ", with ALiBi/softcap/mm_prefix_ranges" } else { "" },
         ))
         .bt();
     };
@@ -191,6 +208,9 @@ struct Wanted {
     d: u32,
     paged: bool,
     extras: bool,
+    /// ALiBi, softcap or prefix ranges: `extras` for the call's features, not only its scale.
+    features: bool,
+    softmax_scale: f32,
     /// Few enough query rows (times the GQA group) for the decode tile.
     decode: bool,
     /// A plain, flat, masked call of few enough rows for the short prefill tile.
@@ -217,6 +237,8 @@ impl Wanted {
             d: call.head_dim as u32,
             paged,
             extras,
+            features: has_extra_features(call),
+            softmax_scale: call.softmax_scale,
             decode: rows <= DECODE_ROWS,
             short: !paged
                 && !extras
@@ -625,6 +647,15 @@ mod tests {
         let negative = AttnCall { softmax_scale: -0.1, ..call(512, 128, false) };
         let kernels = select_for(&negative, "sm_80", nvidia(A100_SHARED), None, images).unwrap();
         assert_eq!(kernels.fwd.variant, "fwd_prefill_fp16_d128_flat_x");
+        // Issue 56: a build filtered to the plain kernels refused such a scale and blamed
+        // ALiBi/softcap/mm_prefix_ranges, which the call does not have. It names the scale.
+        let plain: Vec<Spec> = SM_80.iter().filter(|s| !s.extras).copied().collect();
+        let images = build(&[("sm_80", &plain, false)]);
+        let err = select_for(&negative, "sm_80", nvidia(A100_SHARED), None, images).unwrap_err().to_string();
+        assert!(err.contains("softmax_scale -0.1") && err.contains("*_x") && !err.contains("ALiBi"), "{err}");
+        let softcapped = AttnCall { softmax_scale: -0.1, ..call(512, 128, true) };
+        let err = select_for(&softcapped, "sm_80", nvidia(A100_SHARED), None, images).unwrap_err().to_string();
+        assert!(err.contains("ALiBi/softcap/mm_prefix_ranges"), "{err}");
     }
 
     #[test]

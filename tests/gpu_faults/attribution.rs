@@ -122,3 +122,168 @@ pub fn bad_calls_are_reported_to_their_own_stream() {
     }
     fa::take_gpu_faults().expect("every report was delivered");
 }
+
+/// A paged call long enough to run for tens of milliseconds (zeros: only its time matters), on
+/// `dev`, whose table names a block outside the cache in every sequence's first column, so that
+/// every program of its kernel reads a bad id and reports it while the call runs.
+#[cfg(feature = "candle-cuda")]
+struct LongBadCall {
+    q: Tensor,
+    cache: Tensor,
+    seqlens_q: Tensor,
+    seqlens_k: Tensor,
+    table: Tensor,
+    len: usize,
+}
+
+#[cfg(feature = "candle-cuda")]
+impl LongBadCall {
+    const PAGE: usize = 256;
+
+    fn new(dev: &Device) -> Self {
+        let (batch, len, h, h_k, d) = (8, 16384, 32, 8, 128);
+        let blocks = len / Self::PAGE;
+        let q = Tensor::zeros((batch * len, h, d), DType::F16, dev).unwrap();
+        let cache = Tensor::zeros((batch * blocks, Self::PAGE, h_k, d), DType::F16, dev).unwrap();
+        let cu: Vec<u32> = (0..=batch as u32).map(|b| b * len as u32).collect();
+        let mut table: Vec<u32> = (0..(batch * blocks) as u32).collect();
+        for b in 0..batch {
+            table[b * blocks] = (batch * blocks + b) as u32;
+        }
+        let on = |t: Tensor| t.to_device(dev).unwrap();
+        LongBadCall {
+            q,
+            cache,
+            seqlens_q: on(Tensor::new(cu.clone(), &Device::Cpu).unwrap()),
+            seqlens_k: on(Tensor::new(cu, &Device::Cpu).unwrap()),
+            table: on(Tensor::from_vec(table, (batch, blocks), &Device::Cpu).unwrap()),
+            len,
+        }
+    }
+
+    /// Queues the call (it returns `Ok`: the values are the kernels' business).
+    fn queue(&self) {
+        fa::flash_attn_varlen_paged_windowed(
+            &self.q, &self.cache, &self.cache, &self.seqlens_q, &self.seqlens_k, &self.table, None, self.len, self.len,
+            0.088, None, None, Self::PAGE, None,
+        )
+        .expect("bad ids are the kernels' business");
+    }
+}
+
+/// A valid small paged call with its tensors already on `dev` (no copy from the host while the
+/// stream is busy), and the CPU's answer.
+#[cfg(feature = "candle-cuda")]
+struct QueuedValidCall {
+    args: Vec<Tensor>,
+    case: PagedCase,
+    cpu: Vec<f64>,
+}
+
+#[cfg(feature = "candle-cuda")]
+impl QueuedValidCall {
+    fn new(seed: &str, dev: &Device) -> Self {
+        let case = PagedCase::new(seed, 16);
+        let (sq, sk) = case.r.seqlens();
+        let args = [&case.r.q, &case.p.k_pages, &case.p.v_pages, &sq, &sk, &case.p.table].map(|t| t.to_device(dev).unwrap()).to_vec();
+        let cpu = case.cpu();
+        QueuedValidCall { args, case, cpu }
+    }
+
+    fn call(&self) -> candle::Result<Tensor> {
+        let a = &self.args;
+        let max_k = self.case.r.lens.iter().map(|l| l.1).max().unwrap();
+        let max_q = self.case.r.lens.iter().map(|l| l.0).max().unwrap();
+        fa::flash_attn_varlen_paged_windowed(&a[0], &a[1], &a[2], &a[3], &a[4], &a[5], None, max_q, max_k, 0.125, None, Some(0), 16, None)
+    }
+
+    /// Queues calls for `span` without synchronizing; returns those that ran and how many failed.
+    fn queue_for(&self, span: std::time::Duration) -> (Vec<Tensor>, usize) {
+        let (mut ran, mut failed) = (Vec::new(), 0);
+        let started = std::time::Instant::now();
+        while started.elapsed() < span {
+            match self.call() {
+                Ok(out) => ran.push(out),
+                Err(e) => {
+                    assert!(e.to_string().contains("block_table"), "{e}");
+                    failed += 1;
+                }
+            }
+        }
+        (ran, failed)
+    }
+
+    fn check(&self, what: &str, ran: &[Tensor]) {
+        for (i, out) in ran.iter().enumerate() {
+            assert_matches(&format!("{what}: call {i}"), out, &self.cpu);
+        }
+    }
+}
+
+/// Issue 56: a long bad paged call, then valid calls queued on the same thread and stream for
+/// 40 ms without a synchronize: 64 of 165 valid calls failed, each finding bits that the bad
+/// kernel's programs had set since the last take. Now the bad call fails at most one later call
+/// (exactly one, or the take after the synchronize when none ran after its fault was visible);
+/// valid calls on another stream, and on other threads after the bad call's thread ended, fail
+/// none.
+#[cfg(feature = "candle-cuda")]
+pub fn a_long_bad_call_fails_at_most_one_later_call() {
+    let Some(_) = check::gpu_and_rng("a_long_bad_call_fails_at_most_one_later_call") else {
+        return;
+    };
+    let span = std::time::Duration::from_millis(40);
+    let dev = Device::new_cuda(0).unwrap();
+    let long = LongBadCall::new(&dev);
+    let valid = QueuedValidCall::new("attribution/queued", &dev);
+    // Load every kernel once, and time the long call.
+    long.queue();
+    valid.call().unwrap();
+    dev.synchronize().unwrap();
+    fa::take_gpu_faults().expect_err("the warm-up's bad call is reported");
+    let started = std::time::Instant::now();
+    long.queue();
+    dev.synchronize().unwrap();
+    eprintln!("the long bad call runs for {:?}", started.elapsed());
+    fa::take_gpu_faults().expect_err("reported");
+
+    // One stream.
+    long.queue();
+    let (ran, failed) = valid.queue_for(span);
+    dev.synchronize().unwrap();
+    let taken_after = usize::from(fa::take_gpu_faults().is_err());
+    eprintln!("one stream: {} valid calls queued behind the bad one, {failed} failed; {taken_after} report left for the take", ran.len() + failed);
+    assert_eq!(failed + taken_after, 1, "the bad call is reported exactly once ({failed} valid calls failed)");
+    valid.check("one stream", &ran);
+
+    // Another stream of the same thread.
+    let other = Device::new_cuda_with_stream(0).unwrap();
+    let on_other = QueuedValidCall::new("attribution/other-stream", &other);
+    long.queue();
+    let (ran, failed) = on_other.queue_for(span);
+    other.synchronize().unwrap();
+    dev.synchronize().unwrap();
+    eprintln!("another stream: {} valid calls, {failed} failed", ran.len() + failed);
+    assert_eq!(failed, 0, "no valid call of another stream fails");
+    on_other.check("another stream", &ran);
+    fa::take_gpu_faults().expect_err("the bad call is reported on its own stream's thread");
+
+    // A thread that queues the bad call and ends at once; new threads then queue valid calls on
+    // the same stream while it runs.
+    std::thread::scope(|scope| scope.spawn(|| long.queue()).join().unwrap());
+    let results: Vec<(Vec<Tensor>, usize)> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..4).map(|_| scope.spawn(|| {
+            let out = valid.queue_for(span / 4);
+            fa::take_gpu_faults().expect("no fault reaches a thread of valid calls");
+            out
+        })).collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    dev.synchronize().unwrap();
+    let failed: usize = results.iter().map(|r| r.1).sum();
+    eprintln!("after the bad call's thread ended: {} valid calls on 4 new threads, {failed} failed", results.iter().map(|r| r.0.len() + r.1).sum::<usize>());
+    assert_eq!(failed, 0, "no valid call of another thread fails");
+    for (t, (ran, _)) in results.iter().enumerate() {
+        valid.check(&format!("new thread {t}"), ran);
+    }
+    fa::take_gpu_faults().expect("the ended thread's fault reaches nobody");
+}

@@ -207,7 +207,9 @@ pub fn calls_the_triton_path_cannot_serve_are_errors() {
 
 /// Issue 35: a block table whose last dim is strided (here a transposed view of a column-major
 /// table) ran on the CPU and through the offload, but Candle CUDA tensors refused it. Every way
-/// now takes it (the GPU path copies such a table on its device) and matches the CPU.
+/// now takes it (the GPU path copies such a table on its device) and matches the CPU. Issue 56:
+/// an i32 table so strided failed on Candle CUDA with "named symbol not found" (its device has
+/// no strided i32 copy); u32 and i32 tables, transposed or narrowed out of a wider table, all run.
 pub fn strided_block_table_matches_cpu() {
     let Some((cpu, mut rng)) = gpu_and_rng("strided_block_table_matches_cpu") else {
         return;
@@ -220,15 +222,30 @@ pub fn strided_block_table_matches_cpu() {
     let f = Features { scale: 0.125, window: CAUSAL, alibi: None, softcap: None };
     let exp = expected(&x.seqs(), &vec![f.ref_opts(max.1); lens.len()], heads, dtype, LseLayout::VarLen);
     let (sq, sk) = x.seqlens();
-    let column_major = p.table.t().unwrap().contiguous().unwrap();
-    let args = [&x.q, &p.k_pages, &p.v_pages, &sq, &sk, &column_major];
-    check_lse_variant("paged, block table strided in its last dim", &cpu, &args, &exp, true, |a| {
-        let mut strided = a.to_vec();
-        strided[5] = a[5].t()?;
-        assert!(strided[5].stride()[1] != 1, "the table's last dim is strided");
-        let (kv, lens) = paged_args(&strided, page, max);
-        with_lse(calls::paged_with_lse(&strided[0], &kv, None, &lens, f))
-    });
+    for table_dtype in [DType::U32, DType::I32] {
+        let table = p.table.to_dtype(table_dtype).unwrap();
+        let column_major = table.t().unwrap().contiguous().unwrap();
+        // The table as every other column of the left half of a table four times as wide:
+        // (b, 2 * cols, 2) in storage, viewed without a copy (stride 2 in the last dim).
+        let cols = table.dim(1).unwrap();
+        let spread = Tensor::stack(&[&table, &table.zeros_like().unwrap()], 2).unwrap();
+        let wide = Tensor::cat(&[&spread, &spread], 1).unwrap();
+        let views: [(&str, &Tensor, Box<dyn Fn(&Tensor) -> candle::Result<Tensor>>); 2] = [
+            ("transposed column-major", &column_major, Box::new(|t: &Tensor| t.t())),
+            ("narrowed out of a wider table", &wide, Box::new(move |t: &Tensor| t.narrow(1, 0, cols)?.narrow(2, 0, 1)?.squeeze(2))),
+        ];
+        for (how, stored, view) in views {
+            let args = [&x.q, &p.k_pages, &p.v_pages, &sq, &sk, stored];
+            let what = format!("paged, {table_dtype:?} block table, {how}");
+            check_lse_variant(&what, &cpu, &args, &exp, true, |a| {
+                let mut strided = a.to_vec();
+                strided[5] = view(&a[5])?;
+                assert!(strided[5].stride()[1] != 1, "the table's last dim is strided");
+                let (kv, lens) = paged_args(&strided, page, max);
+                with_lse(calls::paged_with_lse(&strided[0], &kv, None, &lens, f))
+            });
+        }
+    }
 }
 
 /// Short causal and windowed prompts: on targets with a short prefill tile (sm_90) these calls

@@ -113,7 +113,7 @@ fn handles_are_send_and_sync() {
     assert_send_sync::<Module>();
     assert_send_sync::<Function>();
     assert_send_sync::<Driver>();
-    assert_send_sync::<FaultSlot>();
+    assert_send_sync::<FaultWord>();
 }
 
 #[test]
@@ -160,67 +160,139 @@ fn host_round_trips_are_counted() {
     assert_eq!(state.synchronizes.load(Ordering::SeqCst), 1);
 }
 
-/// A kernel's `atomic_or` of `bits` into `slot` (the mock's device address is the host's).
-fn kernel_reports(slot: FaultSlot, bits: u32) {
+/// A kernel's `atomic_or` of `bits` into the fault word at `word` (the mock's device address is
+/// the host's).
+fn kernel_reports(word: usize, bits: u32) {
     // SAFETY: the mapped word is a live, 4-aligned u32 that is only accessed atomically.
-    unsafe { AtomicU32::from_ptr(slot.device_addr() as *mut u32) }.fetch_or(bits, Ordering::SeqCst);
+    unsafe { AtomicU32::from_ptr(word as *mut u32) }.fetch_or(bits, Ordering::SeqCst);
 }
 
+/// Queues a call (no kernels: the mock's) on `stream` of `device`; returns its fault word.
+fn queue_call(driver: &Driver, device: i32, stream: usize) -> usize {
+    driver.queue_with_fault_word(device, stream, |word| GpuResult::Ok(word)).unwrap()
+}
+
+/// Issue 56: one bad call failed 64 valid calls queued behind it. Its kernel's programs set the
+/// bits over its whole run; each take cleared what had arrived, and the next found more. Now each
+/// call has a word of its own, reported once, whatever arrives later.
 #[test]
-fn a_threads_fault_slot_is_kept_per_stream_and_read_in_place() {
+fn a_bad_call_fails_one_later_call_however_late_its_bits_arrive() {
     let (driver, state) = mock_driver();
-    let slot = driver.fault_slot(7).unwrap();
-    assert_eq!(driver.fault_slot(7).unwrap().device_addr(), slot.device_addr());
-    let other_stream = driver.fault_slot(8).unwrap();
-    assert_ne!(other_stream.device_addr(), slot.device_addr());
-    assert_eq!(state.mapped_host_allocations.load(Ordering::SeqCst), 1);
-    assert_eq!(slot.take(), 0, "allocated zeroed");
-    kernel_reports(slot, 0b0101);
-    kernel_reports(slot, 0b0010);
-    kernel_reports(other_stream, 0b1000);
-    assert_eq!(driver.take_stream_faults(7), 0b0111);
-    assert_eq!(driver.take_stream_faults(7), 0, "take clears");
-    assert_eq!(driver.take_stream_faults(9), 0, "a stream never launched on has no faults");
-    assert_eq!(driver.take_thread_faults(), 0b1000);
-    assert_eq!(state.copies_to_host.load(Ordering::SeqCst), 0);
-    assert_eq!(state.synchronizes.load(Ordering::SeqCst), 0);
+    state.hold_streams();
+    let bad = queue_call(&driver, 3, 7);
+    let mut words = vec![bad];
+    let mut failed = 0;
+    for step in 0..40 {
+        // The bad kernel's programs keep reporting while the valid calls queue behind it.
+        kernel_reports(bad, if step % 2 == 0 { 0b100 } else { 0b010 });
+        let bits = driver.take_stream_faults(3, 7);
+        if bits != 0 {
+            failed += 1;
+            assert_eq!(bits & 0b100, 0b100, "step {step}: the first bits that arrived");
+            continue;
+        }
+        words.push(queue_call(&driver, 3, 7));
+    }
+    assert_eq!(failed, 1, "one later call fails, not every call that finds new bits");
+    assert_eq!(driver.take_thread_faults(), 0, "an explicit take after the report finds nothing new");
+    let distinct: std::collections::HashSet<_> = words.iter().collect();
+    assert_eq!(distinct.len(), words.len(), "every call in flight has its own word");
+    assert_eq!(driver.calls_in_flight(), words.len());
+    // The stream runs the calls' fills: every call is seen finished and its word goes back.
+    state.run_streams();
+    assert_eq!(driver.take_stream_faults(3, 7), 0);
+    assert_eq!(driver.calls_in_flight(), 0);
+    assert_eq!(driver.fault_words.free_words(), 1024, "every word back in the pool, the record's too");
+    // A bad call whose bits arrived only after its kernels finished is still reported once.
+    let late = queue_call(&driver, 3, 7);
+    kernel_reports(late, 0b001);
+    assert_eq!(driver.take_stream_faults(3, 7), 0b001);
+    assert_eq!(driver.take_stream_faults(3, 7), 0);
+    assert_eq!((state.copies_to_host.load(Ordering::SeqCst), state.synchronizes.load(Ordering::SeqCst)), (0, 0));
+}
+
+/// Each (device, stream) of a thread has its own calls: faults of one never fail another's,
+/// the null streams of two devices included (issue 56: HIP's shared one slot).
+#[test]
+fn faults_stay_with_their_device_and_stream() {
+    let (driver, state) = mock_driver();
+    state.hold_streams();
+    let calls = [(0, 0), (1, 0), (0, 7), (0, 8)].map(|(device, stream)| (device, stream, queue_call(&driver, device, stream)));
+    for (i, &(_, _, word)) in calls.iter().enumerate() {
+        kernel_reports(word, 1 << i);
+    }
+    for (i, &(device, stream, _)) in calls.iter().enumerate() {
+        assert_eq!(driver.take_stream_faults(device, stream), 1 << i, "device {device}, stream {stream}");
+    }
+    assert_eq!(driver.take_stream_faults(0, 9), 0, "a stream never launched on has no faults");
+    assert_eq!(driver.take_thread_faults(), 0);
+    state.run_streams();
+    assert_eq!(driver.take_thread_faults(), 0);
+    assert_eq!(driver.calls_in_flight(), 0, "idle records are dropped, not kept per stream handle");
 }
 
 /// Issue 35: one fault word per process reported a thread's bad call to another thread's next
-/// call. Each thread has its own slot for a stream, and sees only its own kernels' bits.
+/// call. Each thread's calls have their own words, and a thread sees only its own kernels' bits.
 #[test]
 fn threads_on_one_stream_see_only_their_own_faults() {
     let (driver, state) = mock_driver();
     let barrier = std::sync::Barrier::new(8);
-    let addresses: Vec<usize> = std::thread::scope(|scope| {
-        let threads: Vec<_> = (0..8u32)
-            .map(|t| {
-                let (driver, barrier) = (&driver, &barrier);
-                scope.spawn(move || {
-                    let slot = driver.fault_slot(0).unwrap();
-                    barrier.wait();
-                    kernel_reports(slot, 1 << t);
-                    barrier.wait();
-                    assert_eq!(driver.take_stream_faults(0), 1 << t, "thread {t}");
-                    assert_eq!(driver.take_thread_faults(), 0, "thread {t}");
-                    slot.device_addr()
-                })
-            })
-            .collect();
-        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    std::thread::scope(|scope| {
+        for t in 0..8u32 {
+            let (driver, barrier) = (&driver, &barrier);
+            scope.spawn(move || {
+                let word = queue_call(driver, 0, 0);
+                barrier.wait();
+                kernel_reports(word, 1 << t);
+                barrier.wait();
+                assert_eq!(driver.take_stream_faults(0, 0), 1 << t, "thread {t}");
+                assert_eq!(driver.take_thread_faults(), 0, "thread {t}");
+            });
+        }
     });
-    let distinct: std::collections::HashSet<_> = addresses.iter().collect();
-    assert_eq!(distinct.len(), 8, "one slot per thread");
     assert_eq!(state.mapped_host_allocations.load(Ordering::SeqCst), 1, "the threads share one allocation");
-    // The ended threads gave their slots back: a new thread reuses one, zeroed.
-    let reused = std::thread::scope(|scope| scope.spawn(|| driver.fault_slot(0).unwrap().device_addr()).join().unwrap());
-    assert!(addresses.contains(&reused));
+}
+
+/// Issue 56: a just-released slot went first to the next new thread, with the late bits of the
+/// ended thread's bad call still to come. An ended thread's calls in flight keep their words
+/// until the stream shows them finished; bits they set meanwhile reach nobody.
+#[test]
+fn an_ended_threads_calls_in_flight_keep_their_words() {
+    let (driver, state) = mock_driver();
+    state.hold_streams();
+    let orphan = std::thread::scope(|scope| scope.spawn(|| queue_call(&driver, 0, 0)).join().unwrap());
+    let free_before = driver.fault_words.free_words();
+    let words: Vec<usize> = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let words: Vec<usize> = (0..4).map(|_| queue_call(&driver, 0, 0)).collect();
+                kernel_reports(orphan, 0b100);
+                assert_eq!(driver.take_thread_faults(), 0, "the ended thread's late bits reach no other thread");
+                words
+            })
+            .join()
+            .unwrap()
+    });
+    assert!(!words.contains(&orphan), "a word of a call in flight is never handed on");
+    assert_eq!(driver.fault_words.free_words(), free_before - 5, "four calls and a record in flight");
+    state.run_streams();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            queue_call(&driver, 0, 0);
+            assert_eq!(driver.take_thread_faults(), 0);
+        });
+    });
+    assert_eq!(driver.fault_words.free_words(), 1024, "the ended threads' words came back once their calls finished");
 }
 
 #[test]
-fn slots_past_one_allocation_come_from_another() {
+fn words_past_one_allocation_come_from_another() {
     let (driver, state) = mock_driver();
-    let addresses: std::collections::HashSet<usize> = (0..1500).map(|stream| driver.fault_slot(stream).unwrap().device_addr()).collect();
-    assert_eq!(addresses.len(), 1500);
+    state.hold_streams();
+    let words: std::collections::HashSet<usize> = (0..1500).map(|_| queue_call(&driver, 0, 0)).collect();
+    assert_eq!(words.len(), 1500);
     assert_eq!(state.mapped_host_allocations.load(Ordering::SeqCst), 2);
+    state.run_streams();
+    assert_eq!(driver.take_thread_faults(), 0);
+    assert_eq!(driver.fault_words.free_words(), 2048);
 }

@@ -25,6 +25,37 @@ pub(crate) struct MockState {
     pub(crate) multiprocessors: std::sync::atomic::AtomicI32,
     /// Every device made current, in order (a CUDA context created or bound).
     pub(crate) devices_made_current: Mutex<Vec<i32>>,
+    /// The fills queued while the streams are held ([`MockState::hold_streams`]), run by
+    /// [`MockState::run_streams`], as a GPU busy with earlier work runs them later.
+    held_fills: Mutex<Option<Vec<(usize, u32, usize)>>>,
+}
+
+impl MockState {
+    /// From now on fills wait, as work queued behind long kernels, until [`MockState::run_streams`].
+    pub(crate) fn hold_streams(&self) {
+        self.held_fills.lock().unwrap().get_or_insert_with(Vec::new);
+    }
+
+    /// Runs the fills held so far, in order, and no longer holds new ones.
+    pub(crate) fn run_streams(&self) {
+        for (addr, value, count) in self.held_fills.lock().unwrap().take().unwrap_or_default() {
+            // SAFETY: queued by `fill_u32_async`, whose caller keeps the words allocated until
+            // the stream ran the fill (the fault words are never freed).
+            unsafe { write_words(addr, value, count) };
+        }
+    }
+}
+
+/// Writes `value` to the `count` u32 words at `addr`.
+///
+/// # Safety
+/// `addr..addr + 4 * count` lies in a live allocation.
+unsafe fn write_words(addr: usize, value: u32, count: usize) {
+    for i in 0..count {
+        // SAFETY: as the caller guarantees; the mock's allocations are byte vectors, so the
+        // words are written unaligned.
+        unsafe { std::ptr::write_unaligned((addr as *mut u32).add(i), value) };
+    }
 }
 
 /// The mock devices' limits: those of an MI300X (gfx942, the arch they report) until a test
@@ -249,11 +280,12 @@ impl Backend for MockBackend {
         Ok(())
     }
     unsafe fn fill_u32_async(&self, addr: usize, value: u32, count: usize, _stream: usize) -> GpuResult<()> {
-        for i in 0..count {
-            // SAFETY: the caller guarantees that addr..addr+4*count lies in a live allocation;
-            // the mock's allocations are byte vectors, so the words are written unaligned.
-            unsafe { std::ptr::write_unaligned((addr as *mut u32).add(i), value) };
+        if let Some(held) = self.state.held_fills.lock().unwrap().as_mut() {
+            held.push((addr, value, count));
+            return Ok(());
         }
+        // SAFETY: the caller guarantees that addr..addr+4*count lies in a live allocation.
+        unsafe { write_words(addr, value, count) };
         Ok(())
     }
     unsafe fn copy_to_host(&self, dst: &mut [u8], src: usize) -> GpuResult<()> {

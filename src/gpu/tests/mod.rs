@@ -54,9 +54,10 @@ fn the_cached_result_is_the_same_on_every_call() {
 }
 
 /// With a real device (the verification machines), the real driver: it names its library file,
-/// counts its units and maps a fault slot. Passes without checking anything elsewhere.
+/// counts its units, maps a call's fault word and sees the call finish. Passes without checking
+/// anything elsewhere.
 #[test]
-fn a_present_device_maps_a_fault_slot_and_names_its_library() {
+fn a_present_device_maps_a_fault_word_and_names_its_library() {
     for driver in [Driver::hip(), Driver::cuda()].into_iter().flatten() {
         if driver.device_count().unwrap() == 0 {
             continue;
@@ -68,9 +69,11 @@ fn a_present_device_maps_a_fault_slot_and_names_its_library() {
         assert!(driver.library().starts_with(kind), "{}", driver.library());
         driver.set_device(0).unwrap();
         assert!(driver.multiprocessor_count(0).unwrap() > 0);
-        let slot = driver.fault_slot(0).unwrap();
-        assert_ne!(slot.device_addr(), 0);
-        assert_eq!(slot.take(), 0, "allocated zeroed");
-        assert_eq!(driver.fault_slot(0).unwrap().device_addr(), slot.device_addr());
+        let word = driver.queue_with_fault_word(0, 0, |word| GpuResult::Ok(word)).unwrap();
+        assert_ne!(word, 0);
+        assert_eq!(driver.calls_in_flight(), 1);
+        driver.synchronize().unwrap();
+        assert_eq!(driver.take_thread_faults(), 0, "allocated zeroed");
+        assert_eq!(driver.calls_in_flight(), 0, "the stream's fill showed the call finished");
     }
 }

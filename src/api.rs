@@ -858,7 +858,7 @@ pub fn take_gpu_faults() -> Result<()> {
     #[cfg(feature = "triton")]
     {
         let bits = crate::gpu::Driver::opened().fold(0, |bits, driver| bits | driver.take_thread_faults());
-        crate::rocm::faults_to_result(bits)
+        crate::params::faults::faults_to_result(bits)
     }
     #[cfg(not(feature = "triton"))]
     Ok(())

@@ -7,6 +7,7 @@
 //! Nothing here touches device memory except reading the small integer side tensors (seqlens and
 //! block table) to the host for validation.
 
+pub mod faults;
 mod layout;
 mod sequences;
 mod side;

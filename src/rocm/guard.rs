@@ -12,7 +12,7 @@
 //! same thread's next call on that stream, which then fails with an `Err` naming the tensor (the
 //! call that had the bad values has already returned `Ok`), or explicitly by
 //! [`crate::take_gpu_faults`] after a synchronize.
-use super::ffi::{CkSideTensorGuard, SideTensorFault};
+use super::ffi::CkSideTensorGuard;
 use super::marshal::DeviceBuffers;
 use crate::params::{AttnCall, Mode};
 use candle::Result;
@@ -75,29 +75,6 @@ pub fn guarded_buffers(buffers: &DeviceBuffers, guard: &CkSideTensorGuard) -> De
         block_table_row_stride: if paged { guard.max_blocks as usize } else { buffers.block_table_row_stride },
         ..*buffers
     }
-}
-
-/// `Ok` for no fault bits, else an `Err` naming the side tensors that an earlier call of this
-/// thread (CK's guard or the Triton kernels) found out of range.
-pub fn faults_to_result(bits: u32) -> Result<()> {
-    if bits == 0 {
-        return Ok(());
-    }
-    let names = [
-        (SideTensorFault::SeqlensQ, "seqlens_q (steps back, passes the rows of q, or a sequence longer than max_seqlen_q)"),
-        (
-            SideTensorFault::SeqlensK,
-            "seqlens_k (steps back, passes the rows of k, or a sequence longer than max_seqlen_k or its block-table row)",
-        ),
-        (SideTensorFault::BlockTable, "block_table (a block id outside the k/v cache)"),
-    ];
-    let found: Vec<&str> = names.iter().filter(|(f, _)| bits & f.repr != 0).map(|(_, n)| *n).collect();
-    candle::bail!(
-        "flash-attn-rocm: an earlier call of this thread (not this one) had out-of-range values in {}; the kernels \
-         replaced them (a sequence with bad seqlens was computed as empty, a bad block id read block 0: discard \
-         that call's output) and this call was not run",
-        found.join(" and ")
-    )
 }
 
 /// Queues the guard kernel for `guard` on its stream.
@@ -245,11 +222,14 @@ mod tests {
         assert!(AttnCall::on_device(&req, [DType::F16; 3], t.layout(), t.layout(), t.layout()).is_err());
     }
 
+    /// The bits the guard sets are those the shared decoding names.
     #[test]
-    fn fault_bits_name_their_tensors() {
-        faults_to_result(0).unwrap();
-        let err = faults_to_result(SideTensorFault::SeqlensK.repr | SideTensorFault::BlockTable.repr).unwrap_err().to_string();
-        assert!(err.contains("seqlens_k") && err.contains("block_table") && !err.contains("seqlens_q"), "{err}");
-        assert!(err.contains("earlier call"), "{err}");
+    fn the_guards_fault_bits_are_the_shared_ones() {
+        use crate::params::faults;
+        use crate::rocm::SideTensorFault;
+        assert_eq!(
+            [SideTensorFault::SeqlensQ.repr, SideTensorFault::SeqlensK.repr, SideTensorFault::BlockTable.repr],
+            [faults::SEQLENS_Q, faults::SEQLENS_K, faults::BLOCK_TABLE]
+        );
     }
 }

@@ -16,9 +16,7 @@ pub mod marshal;
 pub mod splitkv;
 
 pub use ffi::{CkBias, CkDtype, CkFwdParams, CkMask, CkSideTensorGuard, SideTensorFault};
-pub use guard::{
-    faults_to_result, guard_params, guard_scratch_len, guard_side_tensors, guarded_buffers,
-};
+pub use guard::{guard_params, guard_scratch_len, guard_side_tensors, guarded_buffers};
 pub use marshal::{check_ck_params, check_supported, ck_fwd_params, lse_buffer_required, DeviceBuffers, LSE_KERNELS};
 pub use splitkv::{
     num_splits, plan_split_kv, split_kv_scratch_lens, splitkv_tile, AccumulatorStrides, SplitKv, SplitKvTile, CK_MAX_SPLITS,

@@ -148,7 +148,7 @@ unsafe fn launch_reporting_to(driver: &'static Driver, device: DeviceKey, call: 
 /// Reads the calls' fault words in mapped host memory: no synchronization, so a call still
 /// queued reports at a later check (synchronize its stream first to see every call so far).
 pub fn take_faults(driver: &'static Driver) -> Result<()> {
-    crate::rocm::faults_to_result(driver.take_thread_faults())
+    crate::params::faults::faults_to_result(driver.take_thread_faults())
 }
 
 /// # Safety

@@ -442,9 +442,9 @@ fn zero_query_rows_launch_nothing_and_split_nothing() {
 }
 
 /// Issue 24, item 5: the merge reads the f32 accumulators as 16-byte vectors; a misaligned one
-/// is refused like misaligned q/k/v, and so is a launch without a fault slot.
+/// is refused like misaligned q/k/v, and so is a launch without a fault word.
 #[test]
-fn misaligned_accumulators_and_a_missing_fault_slot_are_refused() {
+fn misaligned_accumulators_and_a_missing_fault_word_are_refused() {
     let call = unread_varlen_call(3, 2, 5000, 5000);
     let plan = Plan::new(&call, select(&call, "gfx1100", RDNA3, images()).unwrap(), 60).unwrap();
     assert!(plan.num_splits > 1, "{plan:?}");
@@ -454,7 +454,7 @@ fn misaligned_accumulators_and_a_missing_fault_slot_are_refused() {
         assert!(err.contains("16-byte aligned"), "{err}");
     }
     let err = fwd_args(&call, &DeviceBuffers { fault: 0, ..BUFFERS }, &plan).unwrap_err().to_string();
-    assert!(err.contains("fault slot"), "{err}");
+    assert!(err.contains("fault word"), "{err}");
 }
 
 /// Unread seqlens are bounded on the device by the shapes: the rows of k and max_seqlen_k.

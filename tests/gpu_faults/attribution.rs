@@ -1,7 +1,7 @@
 //! Issue 35: a bad call's faults reach the caller that made it, never another caller. One fault
 //! word per process made a paged call with an out-of-range block id on one thread return `Ok`
-//! while the next valid call of *another* thread failed (and was not run). Each thread now has a
-//! fault slot per stream: bad calls in a loop on one thread or stream, valid calls on another,
+//! while the next valid call of *another* thread failed (and was not run). Each call now has a
+//! fault word of its own: bad calls in a loop on one thread or stream, valid calls on another,
 //! and every valid call runs and matches, every bad call is reported to its own caller.
 
 use crate::check;

@@ -413,8 +413,14 @@ fn unread_varlen_call(total_q: usize, max_seqlen_q: usize, rows_k: usize, max_se
     let (h, h_k, d) = (8, 2, 64);
     let q = zeros(&[total_q, h, d], DType::F16);
     let kv = zeros(&[rows_k, h_k, d], DType::F16);
-    // Values are not read: any u32 tensor of batch + 1 entries will do, valid or not.
-    let (sq, sk) = (u32s(&[0, 9, 3]), u32s(&[0, 70_000, 1]));
+    // Values are not read where a kernel would check them: then any u32 tensor of batch + 1
+    // entries will do, valid or not. Without rows of q none would, so they are read (and
+    // valid: no query rows, the keys split between the two sequences).
+    let (sq, sk) = if total_q == 0 {
+        (u32s(&[0, 0, 0]), u32s(&[0, rows_k as u32 / 2, rows_k as u32]))
+    } else {
+        (u32s(&[0, 9, 3]), u32s(&[0, 70_000, 1]))
+    };
     let req = Request {
         varlen: Some(VarLenRequest {
             seqlens_q: &sq,

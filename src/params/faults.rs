@@ -24,11 +24,18 @@ pub fn faults_to_result(bits: u32) -> Result<()> {
         (BLOCK_TABLE, "block_table (a block id outside the k/v cache)"),
     ];
     let found: Vec<&str> = names.iter().filter(|(bit, _)| bits & bit != 0).map(|(_, n)| *n).collect();
+    let mut replaced = Vec::new();
+    if bits & (SEQLENS_Q | SEQLENS_K) != 0 {
+        replaced.push("a sequence whose bounds were out of range was computed as empty");
+    }
+    if bits & BLOCK_TABLE != 0 {
+        replaced.push("a block id outside the cache read block 0");
+    }
     candle::bail!(
         "flash-attn-rocm: an earlier call of this thread (not this one) had out-of-range values in {}; the kernels \
-         replaced them (a sequence with bad seqlens was computed as empty, a bad block id read block 0: discard \
-         that call's output) and this call was not run",
-        found.join(" and ")
+         replaced them ({}: discard that call's output) and this call was not run",
+        found.join(" and "),
+        replaced.join(", ")
     )
 }
 
@@ -42,5 +49,8 @@ mod tests {
         let err = faults_to_result(SEQLENS_K | BLOCK_TABLE).unwrap_err().to_string();
         assert!(err.contains("seqlens_k") && err.contains("block_table") && !err.contains("seqlens_q"), "{err}");
         assert!(err.contains("earlier call"), "{err}");
+        // A block-table fault alone names no seqlens (the GPU suite checks so).
+        let err = faults_to_result(BLOCK_TABLE).unwrap_err().to_string();
+        assert!(err.contains("block_table") && !err.contains("seqlens"), "{err}");
     }
 }

@@ -237,9 +237,10 @@ pub fn a_long_bad_call_fails_at_most_one_later_call() {
     let valid = QueuedValidCall::new("attribution/queued", &dev);
     // Load every kernel once, and time the long call.
     long.queue();
-    valid.call().unwrap();
     dev.synchronize().unwrap();
     fa::take_gpu_faults().expect_err("the warm-up's bad call is reported");
+    valid.call().unwrap();
+    dev.synchronize().unwrap();
     let started = std::time::Instant::now();
     long.queue();
     dev.synchronize().unwrap();

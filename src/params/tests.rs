@@ -104,24 +104,8 @@ fn max_seqlen_q_zero_is_checked_on_the_host_for_the_device_too() {
         let batch = rng.gen_range(1..5);
         let lens_q: Vec<u32> = (0..batch).map(|_| rng.gen_range(0..3)).collect();
         let lens_k: Vec<u32> = (0..batch).map(|_| rng.gen_range(0..9)).collect();
-        let cumulative = |lens: &[u32]| std::iter::once(0).chain(lens.iter().scan(0, |total, len| { *total += len; Some(*total) })).collect::<Vec<u32>>();
-        let (cu_q, cu_k) = (cumulative(&lens_q), cumulative(&lens_k));
-        let q = zeros(&[*cu_q.last().unwrap() as usize, 2, 8]);
-        let k = zeros(&[*cu_k.last().unwrap() as usize, 1, 8]);
-        let (cu_q, cu_k) = (Tensor::new(cu_q.as_slice(), &Device::Cpu).unwrap(), Tensor::new(cu_k.as_slice(), &Device::Cpu).unwrap());
-        let varlen = VarLenRequest {
-            seqlens_q: &cu_q,
-            seqlens_k: &cu_k,
-            max_seqlen_q: 0,
-            max_seqlen_k: 8,
-            block_table: None,
-            page_block_size: None,
-            mm_prefix_ranges: None,
-        };
-        let req = request(Some(varlen));
-        let dtypes = [candle::DType::F16; 3];
-        let on_host = AttnCall::new(&req, dtypes, q.layout(), k.layout(), k.layout());
-        let on_device = AttnCall::on_device(&req, dtypes, q.layout(), k.layout(), k.layout());
+        let cu_q = cumulative(&lens_q);
+        let (on_host, on_device) = both_constructors(*cu_q.last().unwrap() as usize, &cu_q, &cumulative(&lens_k), (0, 8));
         let rows = lens_q.iter().any(|&l| l > 0);
         assert_eq!(on_host.is_err(), rows, "query lengths {lens_q:?}: {:?}", on_host.as_ref().err());
         match (on_host, on_device) {
@@ -146,31 +130,15 @@ fn calls_no_kernel_checks_are_checked_on_the_host_for_the_device_too() {
         let batch = rng.gen_range(1..5);
         let lens_q: Vec<u32> = (0..batch).map(|_| if rng.gen_bool(0.3) { 0 } else { rng.gen_range(0..4) }).collect();
         let lens_k: Vec<u32> = (0..batch).map(|_| if rng.gen_bool(0.3) { 0 } else { rng.gen_range(0..9) }).collect();
-        let cumulative = |lens: &[u32]| std::iter::once(0).chain(lens.iter().scan(0, |total, len| { *total += len; Some(*total) })).collect::<Vec<u32>>();
         let (mut cu_q, cu_k) = (cumulative(&lens_q), cumulative(&lens_k));
         // Sometimes q has no rows while the seqlens say otherwise.
         let rows_q = if rng.gen_bool(0.3) { 0 } else { *cu_q.last().unwrap() as usize };
         if rows_q == 0 && rng.gen_bool(0.5) {
             cu_q.iter_mut().for_each(|c| *c = 0);
         }
-        let q = zeros(&[rows_q, 2, 8]);
-        let k = zeros(&[*cu_k.last().unwrap() as usize, 1, 8]);
-        let (cu_q, cu_k) = (Tensor::new(cu_q.as_slice(), &Device::Cpu).unwrap(), Tensor::new(cu_k.as_slice(), &Device::Cpu).unwrap());
         let max_q = if rng.gen_bool(0.5) { 0 } else { rng.gen_range(1..4) };
         let max_k = if rng.gen_bool(0.5) { 0 } else { rng.gen_range(1..9) };
-        let varlen = VarLenRequest {
-            seqlens_q: &cu_q,
-            seqlens_k: &cu_k,
-            max_seqlen_q: max_q,
-            max_seqlen_k: max_k,
-            block_table: None,
-            page_block_size: None,
-            mm_prefix_ranges: None,
-        };
-        let req = request(Some(varlen));
-        let dtypes = [candle::DType::F16; 3];
-        let on_host = AttnCall::new(&req, dtypes, q.layout(), k.layout(), k.layout());
-        let on_device = AttnCall::on_device(&req, dtypes, q.layout(), k.layout(), k.layout());
+        let (on_host, on_device) = both_constructors(rows_q, &cu_q, &cu_k, (max_q, max_k));
         let what = format!("lens q {lens_q:?} k {lens_k:?}, {rows_q} rows of q, max ({max_q}, {max_k})");
         if !(max_q == 0 || max_k == 0 || rows_q == 0) {
             continue;
@@ -186,4 +154,30 @@ fn calls_no_kernel_checks_are_checked_on_the_host_for_the_device_too() {
         }
     }
     assert!(refused > 20, "the draw refuses some calls ({refused})");
+}
+
+/// Cumulative seqlens of `lens`, from 0.
+fn cumulative(lens: &[u32]) -> Vec<u32> {
+    std::iter::once(0).chain(lens.iter().scan(0, |total, len| { *total += len; Some(*total) })).collect()
+}
+
+/// A varlen f16 call (2 query heads, 1 k/v head of 8) with `rows_q` rows of q, k rows to the
+/// last of `cu_k`, and `(max_seqlen_q, max_seqlen_k)`, built by [`AttnCall::new`] and by
+/// [`AttnCall::on_device`].
+fn both_constructors(rows_q: usize, cu_q: &[u32], cu_k: &[u32], (max_q, max_k): (usize, usize)) -> (Result<AttnCall>, Result<AttnCall>) {
+    let q = zeros(&[rows_q, 2, 8]);
+    let k = zeros(&[*cu_k.last().unwrap() as usize, 1, 8]);
+    let (cu_q, cu_k) = (Tensor::new(cu_q, &Device::Cpu).unwrap(), Tensor::new(cu_k, &Device::Cpu).unwrap());
+    let varlen = VarLenRequest {
+        seqlens_q: &cu_q,
+        seqlens_k: &cu_k,
+        max_seqlen_q: max_q,
+        max_seqlen_k: max_k,
+        block_table: None,
+        page_block_size: None,
+        mm_prefix_ranges: None,
+    };
+    let req = request(Some(varlen));
+    let dtypes = [candle::DType::F16; 3];
+    (AttnCall::new(&req, dtypes, q.layout(), k.layout(), k.layout()), AttnCall::on_device(&req, dtypes, q.layout(), k.layout(), k.layout()))
 }

@@ -16,14 +16,19 @@ step_start=$(date +%s)
 # it; this build is a no-op then).
 cache=${FLASH_ATTN_ROCM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flash-attn-rocm}
 [ -x "$cache/triton-3.6.0/bin/python" ] || cargo build --features cuda-verify --lib
+# The toolkit script reads cudarc's sources from cargo's registry, and no build before this one
+# needed candle's `cuda` dependencies: on a fresh machine they are not there yet.
+cargo fetch --locked
 PYTHON=$cache/triton-3.6.0/bin/python scripts/cuda-toolkit.sh
 eval "$(scripts/cuda-toolkit.sh --env)"
 # Every tile and variant of the NVIDIA targets the build does not compile in full elsewhere
 # (sm_90's run on the GPU); fp16 only: bf16 tiles take the same shared memory and arguments.
-echo "== kernels/aot.py --targets sm_80,sm_86,sm_89 (fp16, every tile and variant)"
+# sm_89 takes sm_86's tiles and has its shared memory (kernels/aot.py, tile_family), so its
+# shared memory and launch contract are sm_86's: checked once.
+echo "== kernels/aot.py --targets sm_80,sm_86 (fp16, every tile and variant)"
 aot_out=$cache/ci-aot-nvidia
 rm -rf "$aot_out"
-"$cache/triton-3.6.0/bin/python" kernels/aot.py --targets sm_80,sm_86,sm_89 --dtypes fp16 --out "$aot_out" \
+"$cache/triton-3.6.0/bin/python" kernels/aot.py --targets sm_80,sm_86 --dtypes fp16 --out "$aot_out" \
   --jobs "$(nproc)" > "$aot_out.log" 2>&1 || { tail -40 "$aot_out.log"; exit 1; }
 tail -1 "$aot_out.log"
 echo "== NVIDIA AOT check took $(( $(date +%s) - step_start )) s"

@@ -17,20 +17,20 @@
 #     (kernels/*.py); .ci/rocm-check.sh compiles the full set from the repository. Built as the
 #     library's unit tests, which then run: a test target unifies the dependencies' features
 #     as step 2 did, so they are reused (a plain `cargo build` would compile candle again), and
-#     this crate alone at opt-level 0 (it is compiled here for the build script's work).
+#     this crate alone at opt-level 0 (it is compiled here for the build script's work), which
+#     must print the build's warning that it is unoptimized.
 #  4. candle-flash-attn unpacked, its flash-attn-rocm dependency patched to the unpacked package
 #     of step 2: `cargo test`.
 #
-# The build artifacts go to a cache outside the repository ($FLASH_ATTN_ROCM_PACKAGE_CACHE, by
-# default ~/.cache/flash-attn-rocm/package-check), so a rerun recompiles only the two crates;
-# the first run on a machine compiles the dependency tree once more (the packages are not
-# workspace members, so they cannot share the repository's target/). The Triton venv and
-# kernel caches are the build's usual ones (~/.cache/flash-attn-rocm).
+# The build artifacts go to the repository's target directory (or $FLASH_ATTN_ROCM_PACKAGE_TARGET),
+# where `cargo test --workspace` compiled the dependency tree already: the unpacked packages
+# resolve the same dependencies with the same features and profile, so only the two crates
+# compile again (they are path packages at other paths, with artifacts of their own). The
+# Triton venv and kernel caches are the build's usual ones (~/.cache/flash-attn-rocm).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cache="${FLASH_ATTN_ROCM_PACKAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flash-attn-rocm/package-check}"
-target="$cache/target"
+target="${FLASH_ATTN_ROCM_PACKAGE_TARGET:-${CARGO_TARGET_DIR:-$repo/target}}"
 # Registry limit on a .crate file (crates.io: 10 MB).
 limit=$((10 * 1000 * 1000))
 mkdir -p "$target"
@@ -83,6 +83,12 @@ triton_aot() {
         tee "$log"
     if ! grep -Eq 'Triton gfx1100: [1-9][0-9]* kernels' "$log"; then
         echo "package-check: the gfx1100 build embedded no Triton kernels" >&2
+        return 1
+    fi
+    # This build is at opt-level 0, as a dependent crate's dev profile builds the crate: it must
+    # say so and name the profile override (build/main.rs).
+    if ! grep -q 'compiled without optimization.*\[profile.dev.package.flash-attn-rocm\] opt-level = 3' "$log"; then
+        echo "package-check: the opt-level 0 build did not warn that it is unoptimized" >&2
         return 1
     fi
 }

@@ -115,14 +115,14 @@ pub fn no_rocm_message(lockfile: &Path, found: &[String]) -> String {
          not in any released candle. Either drop `candle-rocm` (the `rocm` feature alone gives the\n\
          low-level API over device pointers), or patch candle to that PR in your Cargo.toml:\n\n\
          \x20   [dependencies]\n\
-         \x20   flash-attn-rocm = {{ version = \"…\", features = [\"candle-rocm\"] }}\n\
+         \x20   flash-attn-rocm = {{ git = \"…\", features = [\"candle-rocm\"] }}  # or path = \"…\": it is on no registry\n\
          \x20   candle-core = {{ version = \"0.11\", features = [\"rocm\"] }}\n\n\
          \x20   [patch.crates-io]\n\
          \x20   candle-core = {{ git = \"https://github.com/huggingface/candle\", rev = \"{CANDLE_PR_COMMIT}\" }}\n\
          \x20   candle-nn = {{ git = \"https://github.com/huggingface/candle\", rev = \"{CANDLE_PR_COMMIT}\" }}\n\n\
          (if cargo cannot fetch that commit, clone candle, `git fetch origin pull/3801/head`, check\n\
          out the commit and use `path = \"…/candle-core\"` and `path = \"…/candle-nn\"` instead.)\n\
-         The README's \"ROCm backend\" section has the details.",
+         docs/building.md, section \"candle-rocm and the candle check\", has the details.",
         found.join(", "),
         lockfile.display(),
     )

@@ -49,10 +49,26 @@ fn main() {
     println!("cargo:rustc-check-cfg=cfg(flash_attn_rocm_lse_kernels)");
     // Set when the CK library and its shim were built (a `rocm` build with a CK arch).
     println!("cargo:rustc-check-cfg=cfg(flash_attn_rocm_ck)");
+    note_unoptimized_build();
     let result = if env::var_os("DOCS_RS").is_some() { docs_build() } else { check_candle().and_then(|()| build()) };
     if let Err(message) = result {
         eprintln!("\nflash-attn-rocm: the build failed:\n{message}\n");
         std::process::exit(1);
+    }
+}
+
+/// Cargo compiles a dependency in the dependent crate's profile, and its `dev` profile does not
+/// optimize: there the CPU kernel runs hundreds of times slower than in a release build. Only the
+/// dependent crate's manifest can change that (a dependency's `[profile]` is ignored), so the
+/// build says how, and hands the same line to the library, which prints it once at its first CPU
+/// call: cargo shows a build script's warnings for path dependencies only, not for git ones.
+fn note_unoptimized_build() {
+    if env::var("OPT_LEVEL").is_ok_and(|level| level == "0") {
+        let note = "flash-attn-rocm was compiled without optimization (opt-level 0, the dev profile of a \
+                    crate that depends on it): its CPU kernel runs about 200x slower than optimized. Add to your \
+                    Cargo.toml: [profile.dev.package.flash-attn-rocm] opt-level = 3";
+        println!("cargo:warning=flash-attn-rocm: {note}");
+        println!("cargo:rustc-env=FLASH_ATTN_ROCM_UNOPTIMIZED_NOTE={note}");
     }
 }
 

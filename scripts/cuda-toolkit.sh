@@ -11,6 +11,7 @@
 #
 # Usage: scripts/cuda-toolkit.sh [DIR]   (default ~/.cache/flash-attn-rocm/cuda-13.0)
 # Then, in the shell that builds:  eval "$(scripts/cuda-toolkit.sh --env [DIR])"
+# The binaries need an NVIDIA driver of the 580 series or newer (CUDA 13.0).
 set -euo pipefail
 
 print_env=0
@@ -18,10 +19,25 @@ if [ "${1:-}" = "--env" ]; then print_env=1; shift; fi
 dir=${1:-${FLASH_ATTN_ROCM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flash-attn-rocm}/cuda-13.0}
 toolkit=$dir/toolkit
 
+# The compute capability candle-kernels compiles Candle's own kernels for (CUDA_COMPUTE_CAP,
+# digits only), that of the card being built for: the lowest target of FLASH_ATTN_ROCM_CUDA_ARCHS,
+# else the lowest GPU nvidia-smi lists (the targets this crate's build takes then), else 80, the
+# lowest target this crate builds when it sees no GPU. With several, the lowest: Candle's PTX
+# runs on higher compute capabilities, not on lower ones.
+compute_cap() {
+  local caps
+  if [ -n "${FLASH_ATTN_ROCM_CUDA_ARCHS:-}" ]; then
+    caps=$(tr ',' '\n' <<<"$FLASH_ATTN_ROCM_CUDA_ARCHS" | sed -n 's/^ *sm_\([0-9][0-9]*\) *$/\1/p')
+  elif command -v nvidia-smi >/dev/null 2>&1; then
+    caps=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d '. ')
+  fi
+  sort -n <<<"${caps:-80}" | grep -m1 . || echo 80
+}
+
 env_lines() {
   echo "export CUDA_HOME='$toolkit'"
   echo "export PATH='$toolkit/bin':\"\$PATH\""
-  echo "export CUDA_COMPUTE_CAP=\${CUDA_COMPUTE_CAP:-90}"
+  echo "export CUDA_COMPUTE_CAP=\${CUDA_COMPUTE_CAP:-$(compute_cap)}"
 }
 
 if [ -f "$toolkit/.complete" ]; then

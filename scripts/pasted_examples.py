@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import time
+import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRATCH = os.path.join(ROOT, "target", "pasted-examples")
@@ -94,6 +95,27 @@ def as_program(code):
     return "#![allow(unused)]\nfn main() {\n" + body + "\n}\n"
 
 
+def dev_dependencies():
+    """The repository's dev-dependencies as `[dependencies]` lines. Cargo unifies a dependency's
+    features over everything one build compiles, and `cargo test --workspace` compiles these
+    too: without them here, crates they turn features on in (rand, half, serde, ...) resolve with
+    other features, get other hashes, and candle and its tree compile a second time in the
+    shared target directory. The examples do not use them."""
+    with open(os.path.join(ROOT, "Cargo.toml"), "rb") as f:
+        deps = tomllib.load(f).get("dev-dependencies", {})
+
+    def value(v):
+        if isinstance(v, str):
+            return f'"{v}"'
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
+
+    return "\n".join(f"{name} = {value(spec)}" for name, spec in deps.items())
+
+
 def lock_version(package):
     with open(os.path.join(ROOT, "Cargo.lock"), encoding="utf-8") as f:
         lock = f.read()
@@ -148,6 +170,7 @@ publish = false
 [dependencies]
 candle-core = "={lock_version('candle-core')}"
 flash-attn-rocm = {{ path = "{ROOT}", features = [{feature_list}] }}
+{dev_dependencies()}
 
 [profile.dev]
 opt-level = 3

@@ -58,6 +58,8 @@ fn varlen_op(
 ///
 /// - `q`: `(b, s_q, h, d)`; `k`, `v`: `(b, s_k, h_k, d)`, with `h_k` dividing `h` (MQA/GQA).
 ///   One dtype for all three: f32, f16 or bf16 on the CPU, f16 or bf16 on a GPU.
+///   Positions before heads: a `(b, h, s, d)` tensor whose dims fit runs without an `Err` and
+///   gives a wrong result ([order of dims](crate#layouts-and-dtypes)).
 /// - `softmax_scale`: multiplies the logits `q · k`, usually `1 / sqrt(d)`.
 /// - `causal`: bottom-right causal mask, query `i` sees keys `j <= i + s_k - s_q`.
 ///
@@ -93,6 +95,8 @@ pub fn flash_attn(q: &Tensor, k: &Tensor, v: &Tensor, softmax_scale: f32, causal
 /// [`flash_attn`] with a local (sliding) window instead of the causal flag.
 ///
 /// - `q`: `(b, s_q, h, d)`; `k`, `v`: `(b, s_k, h_k, d)`; dtypes as [`flash_attn`].
+///   Positions before heads: a `(b, h, s, d)` tensor whose dims fit runs without an `Err` and
+///   gives a wrong result ([order of dims](crate#layouts-and-dtypes)).
 /// - `window_size_left`, `window_size_right`: query `i`, at key position `pos = i + s_k - s_q`,
 ///   sees keys in `[pos - left, pos + right]`. `None` (or a size above `s_k`) is unbounded on
 ///   that side; `(None, Some(0))` is causal, `(None, None)` no mask. See
@@ -130,6 +134,8 @@ pub fn flash_attn_windowed(
 /// [`flash_attn`] with an ALiBi bias.
 ///
 /// - `q`: `(b, s_q, h, d)`; `k`, `v`: `(b, s_k, h_k, d)`; dtypes as [`flash_attn`].
+///   Positions before heads: a `(b, h, s, d)` tensor whose dims fit runs without an `Err` and
+///   gives a wrong result ([order of dims](crate#layouts-and-dtypes)).
 /// - `alibi_slopes`: f32 of shape `(h,)`, one slope per query head; the logit of query `i` and
 ///   key `j` gets `-slope[head] * |i + s_k - s_q - j|`.
 /// - `softmax_scale`, `causal`: as [`flash_attn`].
@@ -176,6 +182,8 @@ pub fn flash_attn_alibi(
 /// ALiBi ([`flash_attn_alibi`]) and a local window ([`flash_attn_windowed`]).
 ///
 /// - `q`: `(b, s_q, h, d)`; `k`, `v`: `(b, s_k, h_k, d)`; dtypes as [`flash_attn`].
+///   Positions before heads: a `(b, h, s, d)` tensor whose dims fit runs without an `Err` and
+///   gives a wrong result ([order of dims](crate#layouts-and-dtypes)).
 /// - `alibi_slopes`: f32 `(h,)`; `window_size_left`, `window_size_right`: see
 ///   [masks](crate#masks-and-options).
 ///
@@ -221,6 +229,8 @@ pub fn flash_attn_alibi_windowed(
 /// Optional ALiBi, a local window and a Gemma-style softcap.
 ///
 /// - `q`: `(b, s_q, h, d)`; `k`, `v`: `(b, s_k, h_k, d)`; dtypes as [`flash_attn`].
+///   Positions before heads: a `(b, h, s, d)` tensor whose dims fit runs without an `Err` and
+///   gives a wrong result ([order of dims](crate#layouts-and-dtypes)).
 /// - `alibi_slopes`: `None`, or f32 `(h,)` as [`flash_attn_alibi`].
 /// - `window_size_left`, `window_size_right`: as [`flash_attn_windowed`].
 /// - `softcap`: each scaled logit `x` becomes `softcap * tanh(x / softcap)`, before the ALiBi
@@ -270,6 +280,8 @@ pub fn flash_attn_alibi_windowed_softcap(
 ///
 /// - `q`: `(total_q, h, d)`; `k`, `v`: `(total_k, h_k, d)`, with `h_k` dividing `h`. One dtype:
 ///   f32, f16 or bf16 on the CPU, f16 or bf16 on a GPU.
+///   Rows before heads: an `(h, total_q, d)` tensor whose dims fit runs without an `Err` and
+///   gives a wrong result ([order of dims](crate#layouts-and-dtypes)).
 /// - `seqlens_q`, `seqlens_k`: u32 `(b + 1,)`, cumulative: sequence `i` owns q rows
 ///   `seqlens_q[i]..seqlens_q[i + 1]` and k/v rows `seqlens_k[i]..seqlens_k[i + 1]`.
 /// - `max_seqlen_q`, `max_seqlen_k`: at least the longest q / k sequence.
@@ -329,6 +341,8 @@ pub fn flash_attn_varlen(
 ///
 /// - `q`: `(total_q, h, d)`; `k`, `v`: `(total_k, h_k, d)`; `seqlens_q`, `seqlens_k`: u32
 ///   `(b + 1,)` cumulative; `max_seqlen_q`, `max_seqlen_k`; dtypes: as [`flash_attn_varlen`].
+///   Rows before heads: an `(h, total_q, d)` tensor whose dims fit runs without an `Err` and
+///   gives a wrong result ([order of dims](crate#layouts-and-dtypes)).
 /// - `window_size_left`, `window_size_right`: per sequence, as [`flash_attn_windowed`]; a size
 ///   above `max_seqlen_k` is unbounded.
 ///
@@ -377,6 +391,8 @@ pub fn flash_attn_varlen_windowed(
 /// softcap.
 ///
 /// - `q`: `(total_q, h, d)`, sequences packed as in [`flash_attn_varlen`].
+///   Rows before heads: an `(h, total_q, d)` tensor whose dims fit runs without an `Err` and
+///   gives a wrong result ([order of dims](crate#layouts-and-dtypes)).
 /// - `k`, `v`: the cache, `(num_blocks, page_block_size, h_k, d)`, `h_k` dividing `h`.
 /// - `seqlens_q`, `seqlens_k`: u32 `(b + 1,)`, cumulative; `seqlens_k` counts each sequence's
 ///   keys (its pages come from the block table, not from these offsets).
@@ -481,6 +497,8 @@ fn paged_op(
 ///
 /// - `q`: `(total_q, h, d)`; `k`, `v`: `(total_k, h_k, d)`; `seqlens_q`, `seqlens_k`: u32
 ///   `(b + 1,)` cumulative; `max_seqlen_q`, `max_seqlen_k`; dtypes: as [`flash_attn_varlen`].
+///   Rows before heads: an `(h, total_q, d)` tensor whose dims fit runs without an `Err` and
+///   gives a wrong result ([order of dims](crate#layouts-and-dtypes)).
 /// - `alibi_slopes`: f32 `(h,)`, as [`flash_attn_alibi`] (positions counted per sequence).
 ///
 /// Returns `(total_q, h, d)` in q's dtype; [errors](crate#errors) as [`flash_attn_varlen`] and
@@ -532,6 +550,8 @@ pub fn flash_attn_varlen_alibi(
 ///
 /// - `q`: `(total_q, h, d)`; `k`, `v`: `(total_k, h_k, d)`; `seqlens_q`, `seqlens_k`: u32
 ///   `(b + 1,)` cumulative; `max_seqlen_q`, `max_seqlen_k`; dtypes: as [`flash_attn_varlen`].
+///   Rows before heads: an `(h, total_q, d)` tensor whose dims fit runs without an `Err` and
+///   gives a wrong result ([order of dims](crate#layouts-and-dtypes)).
 /// - `alibi_slopes`: f32 `(h,)`; `window_size_left`, `window_size_right`: as
 ///   [`flash_attn_windowed`].
 ///
@@ -586,6 +606,8 @@ pub fn flash_attn_varlen_alibi_windowed(
 ///
 /// - `q`: `(total_q, h, d)`; `k`, `v`: `(total_k, h_k, d)`; `seqlens_q`, `seqlens_k`: u32
 ///   `(b + 1,)` cumulative; `max_seqlen_q`, `max_seqlen_k`; dtypes: as [`flash_attn_varlen`].
+///   Rows before heads: an `(h, total_q, d)` tensor whose dims fit runs without an `Err` and
+///   gives a wrong result ([order of dims](crate#layouts-and-dtypes)).
 /// - `alibi_slopes`: `None` or f32 `(h,)`; `window_size_left`, `window_size_right`: as
 ///   [`flash_attn_windowed`]; `softcap`: finite and > 0, as
 ///   [`flash_attn_alibi_windowed_softcap`].
@@ -641,6 +663,8 @@ pub fn flash_attn_varlen_alibi_windowed_softcap(
 ///
 /// - `q`: `(b, s_q, h, d)`; `k`, `v`: `(b, s_k, h_k, d)`; `softmax_scale`, `causal` and dtypes
 ///   as [`flash_attn`].
+///   Positions before heads: a `(b, h, s, d)` tensor whose dims fit runs without an `Err` and
+///   gives a wrong result ([order of dims](crate#layouts-and-dtypes)).
 ///
 /// Returns `(out, lse)`: `out` is `(b, s_q, h, d)` in q's dtype; `lse` is f32 `(b, h, s_q)`,
 /// `lse[b, h, i] = ln Σ_j exp(logit[i, j])` over the keys row `i` sees, with the logits after
@@ -696,6 +720,8 @@ pub fn flash_attn_with_lse(
 ///
 /// - `q`: `(total_q, h, d)`; `k`, `v`: `(total_k, h_k, d)`; `seqlens_q`, `seqlens_k`: u32
 ///   `(b + 1,)` cumulative; `max_seqlen_q`, `max_seqlen_k`; dtypes: as [`flash_attn_varlen`].
+///   Rows before heads: an `(h, total_q, d)` tensor whose dims fit runs without an `Err` and
+///   gives a wrong result ([order of dims](crate#layouts-and-dtypes)).
 /// - `alibi_slopes`: `None` or f32 `(h,)`; `window_size_left`, `window_size_right`: as
 ///   [`flash_attn_windowed`]; `softcap`: `None`, or finite and > 0.
 ///

@@ -65,6 +65,13 @@
 //! - **dtypes**: q, k and v share one dtype. CPU: f32, f16 or bf16 (computed in f32). GPU: f16 or
 //!   bf16 (f32 is an `Err` there). The output has q's dtype.
 //! - **head dim** `d`: a multiple of 8, at most 512 on the CPU, 256 on the GPU.
+//! - **order of dims**: positions before heads, as in candle-flash-attn. Shapes cannot tell a
+//!   `(b, h, s, d)` tensor (the layout of Candle's matmul attention) from a `(b, s, h, d)` one
+//!   whose dims happen to fit (`h == s`, or `h_k` dividing `h` either way), and strides cannot
+//!   either: a contiguous `(b, h, s, d)` tensor and a transposed view are both valid inputs. Such
+//!   a call runs with heads and positions swapped and returns a wrong result, not an `Err`, in
+//!   this crate as in candle-flash-attn. Pass `t.transpose(1, 2)?` of a `(b, h, s, d)` tensor
+//!   (no copy is needed; see strides). Varlen's `(total, h, d)` likewise.
 //! - **strides**: any, as long as the last dim is contiguous (stride 1): a `narrow` view, or a
 //!   `(b, h, s, d)` tensor transposed to `(b, s, h, d)`, needs no copy. On the GPU each row of
 //!   `d` elements must also start 16-byte aligned.

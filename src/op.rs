@@ -213,7 +213,7 @@ pub(crate) fn forward_with_lse(
             (Storage::Cuda(out), Storage::Cuda(lse), lse_dims)
         }
         _ => candle::bail!(
-            "flash-attn: q, k and v must be on the same supported device (cpu{}{}), got {:?}, {:?}, {:?}",
+            "flash-attn-rocm: q, k and v must be on the same supported device (cpu{}{}), got {:?}, {:?}, {:?}",
             if cfg!(feature = "candle-rocm") { ", rocm" } else { "" },
             if cfg!(feature = "candle-cuda") { ", cuda" } else { "" },
             q.device().location(),

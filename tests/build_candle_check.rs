@@ -97,6 +97,15 @@ fn this_workspace_lockfile_is_refused_with_the_recipe() {
     for needed in ["PR #3801", CANDLE_PR_COMMIT, "[patch.crates-io]", "features = [\"rocm\"]", "candle-core 0.11.1 (a registry release)"] {
         assert!(message.contains(needed), "message lacks {needed}:\n{message}");
     }
+    // The crate is on no registry: a `version = ` dependency on it cannot resolve.
+    assert!(!message.contains("flash-attn-rocm = { version"), "a registry dependency in:\n{message}");
+    // The page and section the message sends the reader to exist.
+    let (page, section) = message
+        .split_once(", section \"")
+        .map(|(before, after)| (before.rsplit(char::is_whitespace).next().unwrap(), after.split('"').next().unwrap()))
+        .expect("the message names a page and a section");
+    let text = std::fs::read_to_string(root.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+    assert!(text.lines().any(|l| l.trim_start_matches('#').trim() == section && l.starts_with('#')), "{page} has no section {section:?}");
     // A lockfile that does not list the package is not this build's.
     assert!(find_lockfile(&out_dir, "no-such-package-here").is_none());
 }

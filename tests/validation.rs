@@ -15,6 +15,8 @@ fn err_of(r: candle::Result<Tensor>) -> String {
 
 fn expect_err(r: candle::Result<Tensor>, needles: &[&str]) {
     let msg = err_of(r);
+    // One prefix for every error of the crate, whichever layer refused the call.
+    assert!(msg.starts_with("flash-attn-rocm: "), "error {msg:?} should start with `flash-attn-rocm: `");
     for n in needles {
         assert!(msg.contains(n), "error {msg:?} should mention {n:?}");
     }

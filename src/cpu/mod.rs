@@ -41,6 +41,7 @@ pub fn forward(
     v: &CpuStorage,
     want_lse: bool,
 ) -> Result<(CpuStorage, Option<Vec<f32>>)> {
+    note_unoptimized_build();
     let alibi: Option<Vec<f32>> = match &call.alibi {
         Some(a) => Some(a.slopes.to_vec1()?),
         None => None,
@@ -52,7 +53,7 @@ pub fn forward(
     macro_rules! run {
         ($variant:ident) => {{
             let (CpuStorage::$variant(q), CpuStorage::$variant(k), CpuStorage::$variant(v)) = (q, k, v) else {
-                candle::bail!("flash-attn: q, k and v storages must share one dtype")
+                candle::bail!("flash-attn-rocm: q, k and v storages must share one dtype")
             };
             let inputs = Inputs {
                 call,
@@ -70,8 +71,17 @@ pub fn forward(
         CpuStorage::F32(_) => run!(F32),
         CpuStorage::F16(_) => run!(F16),
         CpuStorage::BF16(_) => run!(BF16),
-        other => candle::bail!("flash-attn: unsupported dtype {:?} on the cpu", other.dtype()),
+        other => candle::bail!("flash-attn-rocm: unsupported dtype {:?} on the cpu", other.dtype()),
     })
+}
+
+/// Says once per process, on stderr, that this library was compiled at opt-level 0 and how to
+/// fix it (the build script sets the note then; build/main.rs says why it is needed at run time).
+fn note_unoptimized_build() {
+    if let Some(note) = option_env!("FLASH_ATTN_ROCM_UNOPTIMIZED_NOTE") {
+        static NOTED: std::sync::Once = std::sync::Once::new();
+        NOTED.call_once(|| eprintln!("flash-attn-rocm: {note}"));
+    }
 }
 
 /// What [`forward`] will run `call` with: the instruction set and the work plan it computes
@@ -93,7 +103,7 @@ pub(crate) fn dispatch_isa_name() -> Result<&'static str> {
 
 /// This CPU's instruction set for the kernel, or the one `FLASH_ATTN_ROCM_CPU_ISA` forces.
 fn detect_isa() -> Result<Isa> {
-    Isa::detect().map_err(|e| candle::Error::Msg(format!("flash-attn: {e}")))
+    Isa::detect().map_err(|e| candle::Error::Msg(format!("flash-attn-rocm: {e}")))
 }
 
 /// A raw output pointer shared by the blocks, each of which writes disjoint rows.
@@ -139,10 +149,10 @@ fn zeros<T: ZeroBits + Send>(len: Option<usize>, what: &str) -> Result<Vec<T>> {
 
 /// An empty vector with room for `len` elements (`None`: the size overflowed), and `len`.
 fn reserved<T>(len: Option<usize>, what: &str) -> Result<(Vec<T>, usize)> {
-    let len = len.ok_or_else(|| candle::Error::Msg(format!("flash-attn: the {what} size overflows usize")))?;
+    let len = len.ok_or_else(|| candle::Error::Msg(format!("flash-attn-rocm: the {what} size overflows usize")))?;
     let mut v = Vec::new();
     v.try_reserve_exact(len)
-        .map_err(|e| candle::Error::Msg(format!("flash-attn: cannot allocate the {what} ({len} elements): {e}")))?;
+        .map_err(|e| candle::Error::Msg(format!("flash-attn-rocm: cannot allocate the {what} ({len} elements): {e}")))?;
     Ok((v, len))
 }
 

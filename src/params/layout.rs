@@ -63,13 +63,13 @@ fn rank_of(name: &str, layout: &Layout, expected: usize, what: &str) -> Result<(
     let rank = layout.dims().len();
     if rank != expected {
         candle::bail!(
-            "flash-attn: {name} must have rank {expected} {what}, got shape {:?}",
+            "flash-attn-rocm: {name} must have rank {expected} {what}, got shape {:?}",
             layout.dims()
         )
     }
     if layout.stride()[rank - 1] != 1 {
         candle::bail!(
-            "flash-attn: the last dim of {name} must be contiguous (stride 1), got strides {:?}",
+            "flash-attn-rocm: the last dim of {name} must be contiguous (stride 1), got strides {:?}",
             layout.stride()
         )
     }
@@ -93,7 +93,7 @@ impl Shapes {
         rank_of("v", v, kv_rank, kv_what)?;
         if k.dims() != v.dims() {
             candle::bail!(
-                "flash-attn: k and v must have the same shape, got k {:?} and v {:?}",
+                "flash-attn-rocm: k and v must have the same shape, got k {:?} and v {:?}",
                 k.dims(),
                 v.dims()
             )
@@ -104,21 +104,21 @@ impl Shapes {
         let (num_heads_k, head_dim_k) = (kd[kv_rank - 2], kd[kv_rank - 1]);
         if head_dim != head_dim_k {
             candle::bail!(
-                "flash-attn: q and k/v head dims differ: q {:?}, k {:?}",
+                "flash-attn-rocm: q and k/v head dims differ: q {:?}, k {:?}",
                 qd,
                 kd
             )
         }
         if head_dim == 0 || head_dim > MAX_HEAD_DIM || head_dim % 8 != 0 {
             candle::bail!(
-                "flash-attn: head_dim must be a multiple of 8 in 8..={MAX_HEAD_DIM}, got {head_dim}"
+                "flash-attn-rocm: head_dim must be a multiple of 8 in 8..={MAX_HEAD_DIM}, got {head_dim}"
             )
         }
         // Zero q heads would pass the divisibility test and leave a GQA group of 0 (a division
         // by zero further on): a call needs at least one head on each side.
         if num_heads == 0 || num_heads_k == 0 || num_heads % num_heads_k != 0 {
             candle::bail!(
-                "flash-attn: the number of k/v heads {num_heads_k} must divide the number of q heads {num_heads}"
+                "flash-attn-rocm: the number of k/v heads {num_heads_k} must divide the number of q heads {num_heads}"
             )
         }
         let mut shapes = Self {
@@ -136,7 +136,7 @@ impl Shapes {
             Mode::Batch => {
                 if qd[0] != kd[0] {
                     candle::bail!(
-                        "flash-attn: q and k/v batch sizes differ: q {:?}, k {:?}",
+                        "flash-attn-rocm: q and k/v batch sizes differ: q {:?}, k {:?}",
                         qd,
                         kd
                     )

@@ -183,11 +183,11 @@ impl AttnCall {
         let [q_dtype, k_dtype, v_dtype] = dtypes;
         if q_dtype != k_dtype || q_dtype != v_dtype {
             candle::bail!(
-                "flash-attn: q, k and v must share one dtype, got q {q_dtype:?}, k {k_dtype:?}, v {v_dtype:?}"
+                "flash-attn-rocm: q, k and v must share one dtype, got q {q_dtype:?}, k {k_dtype:?}, v {v_dtype:?}"
             )
         }
         if !matches!(q_dtype, DType::F32 | DType::F16 | DType::BF16) {
-            candle::bail!("flash-attn: unsupported dtype {q_dtype:?}, expected f32, f16 or bf16")
+            candle::bail!("flash-attn-rocm: unsupported dtype {q_dtype:?}, expected f32, f16 or bf16")
         }
         let mode = match req.varlen {
             None => Mode::Batch,
@@ -214,12 +214,12 @@ impl AttnCall {
         let batch = seqs.len();
         let softcap = match req.softcap {
             Some(c) if !(c.is_finite() && c > 0.0) => {
-                candle::bail!("flash-attn: softcap must be finite and > 0, got {c}")
+                candle::bail!("flash-attn-rocm: softcap must be finite and > 0, got {c}")
             }
             other => other,
         };
         if !req.softmax_scale.is_finite() {
-            candle::bail!("flash-attn: softmax_scale must be finite, got {}", req.softmax_scale)
+            candle::bail!("flash-attn-rocm: softmax_scale must be finite, got {}", req.softmax_scale)
         }
         let alibi = req.alibi_slopes.map(|t| AlibiSpec::check(t, num_heads)).transpose()?;
         let mm_prefix = match req.varlen.and_then(|v| v.mm_prefix_ranges) {

@@ -93,7 +93,7 @@ impl Sequences {
         let batch = check_seqlens_tensor("seqlens_q", req.seqlens_q)? - 1;
         if check_seqlens_tensor("seqlens_k", req.seqlens_k)? != batch + 1 {
             candle::bail!(
-                "flash-attn: seqlens_q and seqlens_k must have the same length, got {} and {}",
+                "flash-attn-rocm: seqlens_q and seqlens_k must have the same length, got {} and {}",
                 batch + 1,
                 req.seqlens_k.dim(0)?
             )
@@ -119,7 +119,7 @@ impl Sequences {
         let cu_k = read_seqlens("seqlens_k", req.seqlens_k)?;
         if cu_q.len() != cu_k.len() {
             candle::bail!(
-                "flash-attn: seqlens_q and seqlens_k must have the same length, got {} and {}",
+                "flash-attn-rocm: seqlens_q and seqlens_k must have the same length, got {} and {}",
                 cu_q.len(),
                 cu_k.len()
             )
@@ -180,17 +180,17 @@ fn read_seqlens(name: &str, t: &Tensor) -> Result<Vec<u32>> {
 /// Checks a cumulative seqlens tensor's dtype and shape; returns its length (batch + 1).
 fn check_seqlens_tensor(name: &str, t: &Tensor) -> Result<usize> {
     if t.dtype() != DType::U32 {
-        candle::bail!("flash-attn: {name} must be u32, got {:?}", t.dtype())
+        candle::bail!("flash-attn-rocm: {name} must be u32, got {:?}", t.dtype())
     }
     if t.rank() != 1 {
-        candle::bail!("flash-attn: {name} must be 1-D, got shape {:?}", t.dims())
+        candle::bail!("flash-attn-rocm: {name} must be 1-D, got shape {:?}", t.dims())
     }
     if !t.is_contiguous() {
-        candle::bail!("flash-attn: {name} must be contiguous")
+        candle::bail!("flash-attn-rocm: {name} must be contiguous")
     }
     if t.dim(0)? < 2 {
         candle::bail!(
-            "flash-attn: {name} must hold batch_size + 1 >= 2 cumulative lengths, got {}",
+            "flash-attn-rocm: {name} must hold batch_size + 1 >= 2 cumulative lengths, got {}",
             t.dim(0)?
         )
     }
@@ -208,7 +208,7 @@ fn check_cumulative(
     for (b, w) in cu.windows(2).enumerate() {
         if w[1] < w[0] {
             candle::bail!(
-                "flash-attn: {name} must be non-decreasing, got {} then {} at index {}",
+                "flash-attn-rocm: {name} must be non-decreasing, got {} then {} at index {}",
                 w[0],
                 w[1],
                 b + 1
@@ -217,14 +217,14 @@ fn check_cumulative(
         let len = (w[1] - w[0]) as usize;
         if len > max_len {
             candle::bail!(
-                "flash-attn: sequence {b} has length {len} in {name}, longer than {max_name} = {max_len}"
+                "flash-attn-rocm: sequence {b} has length {len} in {name}, longer than {max_name} = {max_len}"
             )
         }
     }
     let last = *cu.last().expect("checked len >= 2") as usize;
     if last > rows {
         candle::bail!(
-            "flash-attn: {name} points past the end of {tensor}: last value {last} > {rows} rows"
+            "flash-attn-rocm: {name} points past the end of {tensor}: last value {last} > {rows} rows"
         )
     }
     Ok(())
@@ -250,14 +250,14 @@ impl Paging {
             let needed = seq.k_len.div_ceil(page);
             if needed > max_blocks {
                 candle::bail!(
-                    "flash-attn: sequence {b} has {} keys and needs {needed} blocks of {page}, block_table has {max_blocks} columns",
+                    "flash-attn-rocm: sequence {b} has {} keys and needs {needed} blocks of {page}, block_table has {max_blocks} columns",
                     seq.k_len
                 )
             }
             for (n, &id) in values[b * max_blocks..][..needed].iter().enumerate() {
                 if id < 0 || id as usize >= num_blocks {
                     candle::bail!(
-                        "flash-attn: block_table[{b}, {n}] = {id} is out of range for {num_blocks} k/v blocks"
+                        "flash-attn-rocm: block_table[{b}, {n}] = {id} is out of range for {num_blocks} k/v blocks"
                     )
                 }
             }
@@ -272,10 +272,10 @@ impl Paging {
     fn check_page_size(page_block_size: Option<usize>, shapes: &Shapes, k: &Layout) -> Result<usize> {
         let page = shapes.page_block_size;
         match page_block_size {
-            None => candle::bail!("flash-attn: paged k/v requires page_block_size"),
-            Some(0) => candle::bail!("flash-attn: page_block_size must be > 0"),
+            None => candle::bail!("flash-attn-rocm: paged k/v requires page_block_size"),
+            Some(0) => candle::bail!("flash-attn-rocm: page_block_size must be > 0"),
             Some(p) if p != page => candle::bail!(
-                "flash-attn: page_block_size {p} does not match k shape {:?} (dim 1 = {page})",
+                "flash-attn-rocm: page_block_size {p} does not match k shape {:?} (dim 1 = {page})",
                 k.dims()
             ),
             Some(_) => Ok(page),
@@ -285,14 +285,14 @@ impl Paging {
     /// The table's dtype and `(batch, max_blocks)` shape; returns `max_blocks`.
     fn check_table_shape(table: &Tensor, batch: usize) -> Result<usize> {
         if !matches!(table.dtype(), DType::U32 | DType::I32) {
-            candle::bail!("flash-attn: block_table must be u32 or i32, got {:?}", table.dtype())
+            candle::bail!("flash-attn-rocm: block_table must be u32 or i32, got {:?}", table.dtype())
         }
         let (rows, max_blocks) = match table.dims() {
             &[r, c] => (r, c),
-            dims => candle::bail!("flash-attn: block_table must be (batch, max_blocks), got {dims:?}"),
+            dims => candle::bail!("flash-attn-rocm: block_table must be (batch, max_blocks), got {dims:?}"),
         };
         if rows != batch {
-            candle::bail!("flash-attn: block_table has {rows} rows, expected batch size {batch}")
+            candle::bail!("flash-attn-rocm: block_table has {rows} rows, expected batch size {batch}")
         }
         Ok(max_blocks)
     }

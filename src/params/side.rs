@@ -14,11 +14,11 @@ pub struct AlibiSpec {
 impl AlibiSpec {
     pub(super) fn check(t: &Tensor, num_heads: usize) -> Result<Self> {
         if t.dtype() != DType::F32 {
-            candle::bail!("flash-attn: alibi_slopes must be f32, got {:?}", t.dtype())
+            candle::bail!("flash-attn-rocm: alibi_slopes must be f32, got {:?}", t.dtype())
         }
         if t.dims() != [num_heads] {
             candle::bail!(
-                "flash-attn: alibi_slopes must have shape ({num_heads},) (one slope per q head), got {:?}",
+                "flash-attn-rocm: alibi_slopes must have shape ({num_heads},) (one slope per q head), got {:?}",
                 t.dims()
             )
         }
@@ -43,16 +43,16 @@ pub struct MmPrefixSpec {
 impl MmPrefixSpec {
     pub(super) fn check(t: &Tensor, batch: usize) -> Result<Self> {
         if t.dtype() != DType::I32 {
-            candle::bail!("flash-attn: mm_prefix_ranges must be i32, got {:?}", t.dtype())
+            candle::bail!("flash-attn-rocm: mm_prefix_ranges must be i32, got {:?}", t.dtype())
         }
         let max_ranges = match t.dims() {
             &[b, r, 2] if b == batch => r,
             dims => candle::bail!(
-                "flash-attn: mm_prefix_ranges must have shape ({batch}, max_ranges, 2), got {dims:?}"
+                "flash-attn-rocm: mm_prefix_ranges must have shape ({batch}, max_ranges, 2), got {dims:?}"
             ),
         };
         if t.stride().last() != Some(&1) {
-            candle::bail!("flash-attn: the last dim of mm_prefix_ranges must be contiguous")
+            candle::bail!("flash-attn-rocm: the last dim of mm_prefix_ranges must be contiguous")
         }
         Ok(Self { ranges: t.clone(), batch, max_ranges })
     }

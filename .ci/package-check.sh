@@ -9,18 +9,22 @@
 #     `--no-verify` because cargo's own verification builds each library only, and the compat
 #     crate's at the default opt-level (its package has no profile), a second build of every
 #     dependency; steps 2-4 build and test both packages instead.
-#  2. flash-attn-rocm unpacked: `cargo test --locked` (the CPU tests, with the packaged
-#     Cargo.lock and the package's optimized dev profile).
+#  2. flash-attn-rocm unpacked: `cargo check --locked --all-targets` with the packaged Cargo.lock:
+#     the library, every test, example and bench compiles from the package, and the build
+#     script runs, so a source or build file `include` leaves out fails here. (The CPU tests'
+#     sources are the repository's, which `cargo test --workspace` ran; compiling them once more
+#     with code generation would find no missing file that checking does not.)
 #  3. flash-attn-rocm unpacked: the Triton AOT for one AMD target, `--features rocm` with
 #     FLASH_ATTN_ROCM_ARCHS=gfx1100 (RDNA: Triton only, no CK, no ROCm needed), a small kernel
 #     set (one tile, one dtype): it proves the package holds what the kernel compile reads
 #     (kernels/*.py); .ci/rocm-check.sh compiles the full set from the repository. Built as the
-#     library's unit tests, which then run: a test target unifies the dependencies' features
-#     as step 2 did, so they are reused (a plain `cargo build` would compile candle again), and
-#     this crate alone at opt-level 0 (it is compiled here for the build script's work), which
-#     must print the build's warning that it is unoptimized.
+#     library's unit tests and the tests that read the package's files at run time (build/,
+#     kernels/, Cargo.lock), which then run: test targets unify the dependencies' features as
+#     `cargo test --workspace` did, so they are reused (a plain `cargo build` would compile candle
+#     again), and this crate alone at opt-level 0 (it is compiled here for the build script's
+#     work), which must print the build's warning that it is unoptimized.
 #  4. candle-flash-attn unpacked, its flash-attn-rocm dependency patched to the unpacked package
-#     of step 2: `cargo test`.
+#     of step 2: `cargo test` (its API and model tests, on the packaged library, optimized).
 #
 # The build artifacts go to the repository's target directory (or $FLASH_ATTN_ROCM_PACKAGE_TARGET),
 # where `cargo test --workspace` compiled the dependency tree already: the unpacked packages
@@ -70,8 +74,8 @@ package() {
     return $status
 }
 
-main_tests() {
-    (cd "$work/flash-attn-rocm-0.1.0" && cargo test --locked)
+main_check() {
+    (cd "$work/flash-attn-rocm-0.1.0" && cargo check --locked --all-targets)
 }
 
 # The build prints one `Triton <target>: N kernels` line per target; it must have embedded some.
@@ -79,7 +83,8 @@ triton_aot() {
     local log="$work/rdna-build.log"
     (cd "$work/flash-attn-rocm-0.1.0" &&
         FLASH_ATTN_ROCM_ARCHS=gfx1100 FLASH_ATTN_ROCM_TRITON_DIMS=64 FLASH_ATTN_ROCM_DTYPES=fp16 \
-            cargo test --locked --features rocm --lib --config 'profile.dev.package.flash-attn-rocm.opt-level=0' 2>&1) |
+            cargo test --locked --features rocm --lib --test build_candle_check --test build_paths \
+                --test triton_marshalling --config 'profile.dev.package.flash-attn-rocm.opt-level=0' 2>&1) |
         tee "$log"
     if ! grep -Eq 'Triton gfx1100: [1-9][0-9]* kernels' "$log"; then
         echo "package-check: the gfx1100 build embedded no Triton kernels" >&2
@@ -102,8 +107,8 @@ compat_tests() {
 }
 
 step "cargo package (both crates)" package
-step "flash-attn-rocm package: cargo test (CPU)" main_tests
-step "flash-attn-rocm package: Triton AOT for gfx1100 (--features rocm, no ROCm)" triton_aot
+step "flash-attn-rocm package: cargo check --all-targets" main_check
+step "flash-attn-rocm package: Triton AOT for gfx1100 (--features rocm, no ROCm) and the file-reading tests" triton_aot
 step "candle-flash-attn package: cargo test" compat_tests
 
 echo "package-check: step times"

@@ -24,11 +24,10 @@
 #     the no-CK API; step 3 compiles every kernel for these archs.
 #  3. Triton AOT check: the test of aot.py's launch-contract check (tests/python/
 #     test_aot_metadata.py, in the triton venv: it compiles one small kernel for gfx1100), then
-#     kernels/aot.py for gfx90a, gfx942, gfx1030, gfx1100 and gfx1201 with every tile
-#     and dtype (gfx1030, RDNA 2, adds about 3 minutes at --jobs 2 on 2 busy cores), and for
-#     gfx1103 and gfx1151 (AOT_CHECK_TARGETS: the other RDNA 3 register-file class, and RDNA 3.5)
-#     at the tiles the check covers, d <= 128 (328 code objects, about 10 CPU-minutes of triton:
-#     gfx1151 301 s at --jobs 1, gfx1103 499 s at --jobs 2 on 2 busy cores), then
+#     kernels/aot.py for one target per tile family, gfx942, gfx1030, gfx1100 and gfx1201, with
+#     every tile and dtype (AOT_TARGETS), and for gfx90a, gfx1103 and gfx1151 (AOT_CHECK_TARGETS:
+#     CDNA 2, the other RDNA 3 register-file class, RDNA 3.5) at the tiles the check covers,
+#     d <= 128, in fp16, then
 #     scripts/check_triton_objects.py on the code objects (every kernel present and built for
 #     its target, WMMA on gfx11/gfx12, MFMA on gfx9, v_dot2 / v_fma and no matrix instructions
 #     on gfx1030; spills reported), then the
@@ -52,14 +51,18 @@ TILE_FILTER='fmha_fwd_d*_fp16_batch_*_psskddv_nlogits_nbias_nmask_lse_*'
 TILE_FILTER+=',fmha_fwd_d*_fp16_group_*_psskddv_nlogits_nbias_nmask_lse_*'
 TILE_FILTER+=',fmha_fwd_splitkv_d*_fp16_group_*_psskddv_nlogits_nbias_nmask_*_pagedkv'
 RDNA_ARCHS=gfx1100,gfx1201
-AOT_TARGETS=gfx90a,gfx942,gfx1030,gfx1100,gfx1201
-# Step 3 also compiles one target more of the register-file classes AOT_TARGETS leaves out, at
-# the head-dim tiles the report's --check covers (d <= 128; both dtypes): gfx1103, the RDNA 3
-# parts with 128 KiB of VGPRs per SIMD and tiles of their own (family rdna3_small in
-# kernels/aot.py), and gfx1151, gfx1100's tiles on RDNA 3.5, for which AMD's kernel has a config
-# of its own. Every tile of them would double the AOT step; d = 256 spills on RDNA anyway.
-AOT_CHECK_TARGETS=gfx1103,gfx1151
+# Step 3 compiles every tile and dtype of one target per tile family of kernels/aot.py: CDNA
+# (gfx942), RDNA 2 (gfx1030), RDNA 3 (gfx1100), RDNA 4 (gfx1201).
+AOT_TARGETS=gfx942,gfx1030,gfx1100,gfx1201
+# Then the targets whose code differs from those of their family or register file at the tiles
+# the report's --check covers (d <= 128), fp16 (bf16 takes the same tiles; AOT_TARGETS compile
+# both): gfx90a, CDNA 2 with gfx942's tiles (its MFMA set and buffer-addressed scratch differ);
+# gfx1103, the RDNA 3 parts with 128 KiB of VGPRs per SIMD and tiles of their own (family
+# rdna3_small); gfx1151, gfx1100's tiles on RDNA 3.5, for which AMD's kernel has a config of its
+# own. Every tile and dtype of them would about double the AOT step, the longest of CI.
+AOT_CHECK_TARGETS=gfx90a,gfx1103,gfx1151
 AOT_CHECK_DIMS=32,64,128
+AOT_CHECK_DTYPES=fp16
 # 1: step 3's kernel report fails the run on repeated matrix work or key-loop spills (--check);
 # 0: it only reports.
 KERNEL_REPORT_CHECK="${KERNEL_REPORT_CHECK:-1}"
@@ -117,18 +120,20 @@ print(exe[-1])' "$1")"
 }
 
 # The AOT output for the current kernels: compiled once per key, then reused.
-# aot_key TARGETS DIMS: the key of one aot.py run.
+# aot_key TARGETS DIMS DTYPES: the key of one aot.py run.
 aot_key() {
-    (cd "$repo" && { echo "triton $triton_version targets $1 dims $2"; sha256sum kernels/*.py; } |
+    (cd "$repo" && { echo "triton $triton_version targets $1 dims $2 dtypes $3"; sha256sum kernels/*.py; } |
         sha256sum | cut -c1-16)
 }
 all_dims=32,64,128,256
-aot_dir="$cache/ci-aot/$(aot_key "$AOT_TARGETS" "$all_dims")"
-check_dir="$cache/ci-aot/$(aot_key "$AOT_CHECK_TARGETS" "$AOT_CHECK_DIMS")"
+all_dtypes=fp16,bf16
+aot_dir="$cache/ci-aot/$(aot_key "$AOT_TARGETS" "$all_dims" "$all_dtypes")"
+check_dir="$cache/ci-aot/$(aot_key "$AOT_CHECK_TARGETS" "$AOT_CHECK_DIMS" "$AOT_CHECK_DTYPES")"
 
-# aot_compile DIR TARGETS DIMS: kernels/aot.py for TARGETS at the head-dim tiles DIMS into DIR.
+# aot_compile DIR TARGETS DIMS DTYPES: kernels/aot.py for TARGETS at the head-dim tiles DIMS and
+# the dtypes DTYPES into DIR.
 aot_compile() {
-    local dir="$1" targets="$2" dims="$3" host_dir
+    local dir="$1" targets="$2" dims="$3" dtypes="$4" host_dir
     host_dir="$("$chroot_sh" path)$dir"
     if [ -f "$host_dir/complete" ]; then
         echo "rocm-check: reusing $dir (kernels/*.py unchanged)"
@@ -143,9 +148,9 @@ aot_compile() {
     # kept there until then, so an interrupted run resumes where it stopped.
     local staging="$dir.tmp"
     mkdir -p "$host_dir.tmp"
-    echo "rocm-check: compiling the Triton kernels for $targets (tiles $dims) into $dir (log: aot.log there)"
+    echo "rocm-check: compiling the Triton kernels for $targets (tiles $dims, $dtypes) into $dir (log: aot.log there)"
     if ! in_chroot env PYTHONDONTWRITEBYTECODE=1 TRITON_CACHE_DIR="$staging/jit-cache" \
-        "$python" "$repo/kernels/aot.py" --targets "$targets" --block-dims "$dims" --out "$staging" \
+        "$python" "$repo/kernels/aot.py" --targets "$targets" --block-dims "$dims" --dtypes "$dtypes" --out "$staging" \
         >"$host_dir.tmp/aot.log" 2>&1; then
         tail -40 "$host_dir.tmp/aot.log" >&2
         echo "rocm-check: kernels/aot.py failed (log: $host_dir.tmp/aot.log)" >&2
@@ -201,13 +206,13 @@ step "aot.py launch-contract test" in_chroot env PYTHONDONTWRITEBYTECODE=1 \
     "$triton_python" "$repo/tests/python/test_aot_metadata.py"
 step "kernel report test" in_chroot env PYTHONDONTWRITEBYTECODE=1 \
     "$triton_python" "$repo/tests/python/test_kernel_report.py"
-step "Triton AOT compile ($AOT_TARGETS)" aot_compile "$aot_dir" "$AOT_TARGETS" "$all_dims"
-step "Triton AOT compile ($AOT_CHECK_TARGETS, tiles $AOT_CHECK_DIMS)" aot_compile "$check_dir" \
-    "$AOT_CHECK_TARGETS" "$AOT_CHECK_DIMS"
+step "Triton AOT compile ($AOT_TARGETS)" aot_compile "$aot_dir" "$AOT_TARGETS" "$all_dims" "$all_dtypes"
+step "Triton AOT compile ($AOT_CHECK_TARGETS, tiles $AOT_CHECK_DIMS, $AOT_CHECK_DTYPES)" aot_compile "$check_dir" \
+    "$AOT_CHECK_TARGETS" "$AOT_CHECK_DIMS" "$AOT_CHECK_DTYPES"
 step "Triton code-object check ($AOT_TARGETS)" in_chroot python3 "$repo/scripts/check_triton_objects.py" \
     "$aot_dir" --targets "$AOT_TARGETS"
 step "Triton code-object check ($AOT_CHECK_TARGETS)" in_chroot python3 "$repo/scripts/check_triton_objects.py" \
-    "$check_dir" --targets "$AOT_CHECK_TARGETS" --block-dims "$AOT_CHECK_DIMS"
+    "$check_dir" --targets "$AOT_CHECK_TARGETS" --block-dims "$AOT_CHECK_DIMS" --dtypes "$AOT_CHECK_DTYPES"
 report_check=""
 if [ "$KERNEL_REPORT_CHECK" = 1 ]; then report_check=--check; fi
 # shellcheck disable=SC2086  # $report_check: no argument when empty

@@ -16,6 +16,21 @@ step_start=$(date +%s)
 # it; this build is a no-op then).
 cache=${FLASH_ATTN_ROCM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flash-attn-rocm}
 [ -x "$cache/triton-3.6.0/bin/python" ] || cargo build --features cuda-verify --lib
+
+# First what reuses the `cuda-verify` library .ci/run's Triton step built: the toolkit's
+# environment below changes PATH, which the build script reads (nvidia-smi), so after it the
+# library would be compiled again.
+echo "== cargo doc -D warnings (missing docs denied by the crate)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib --features cuda-verify
+DOCS_RS=1 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib --features rocm
+echo "== doc examples of the GPU path"
+cargo test --doc --features cuda-verify
+# The same examples pasted into a user's crate: .ci/run built and ran those without a feature
+# gate; here the GPU path's (glue::GpuDevice, no_run) compiles.
+python3 scripts/pasted_examples.py --features cuda-verify --gated-only
+echo "== docs and GPU-path examples took $(( $(date +%s) - step_start )) s"
+
 # The toolkit script reads cudarc's sources from cargo's registry, and no build before this one
 # needed candle's `cuda` dependencies: on a fresh machine they are not there yet.
 cargo fetch --locked
@@ -37,13 +52,4 @@ cargo check --features candle-cuda --lib --tests --examples
 cargo check -p candle-flash-attn --features candle-cuda --examples
 echo "== candle-cuda check took $(( $(date +%s) - step_start )) s"
 
-echo "== cargo doc -D warnings (missing docs denied by the crate)"
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib --features cuda-verify
-DOCS_RS=1 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib --features rocm
-echo "== doc examples of the GPU path"
-cargo test --doc --features cuda-verify
-# The same examples pasted into a user's crate (.ci/run did the CPU build's): here the GPU
-# path's example (glue::GpuDevice, no_run) compiles too.
-python3 scripts/pasted_examples.py --features cuda-verify
 echo "== cuda and doc checks took $(( $(date +%s) - step_start )) s"

@@ -19,22 +19,25 @@
 #     set (one tile, one dtype): it proves the package holds what the kernel compile reads
 #     (kernels/*.py); .ci/rocm-check.sh compiles the full set from the repository. Built as the
 #     library's unit tests and the tests that read the package's files at run time (build/,
-#     kernels/, Cargo.lock), which then run: test targets unify the dependencies' features as
-#     `cargo test --workspace` did, so they are reused (a plain `cargo build` would compile candle
-#     again), and this crate alone at opt-level 0 (it is compiled here for the build script's
-#     work), which must print the build's warning that it is unoptimized.
+#     kernels/, Cargo.lock), which then run, with the package's dev profile for the dependencies
+#     (optimized: step 4 reuses them), and this crate alone at opt-level 0 (it is compiled here
+#     for the build script's work), which must print the build's warning that it is
+#     unoptimized.
 #  4. candle-flash-attn unpacked, its flash-attn-rocm dependency patched to the unpacked package
-#     of step 2: `cargo test` (its API and model tests, on the packaged library, optimized).
+#     of step 2: `cargo test` (its API and model tests, on the packaged library).
 #
-# The build artifacts go to the repository's target directory (or $FLASH_ATTN_ROCM_PACKAGE_TARGET),
-# where `cargo test --workspace` compiled the dependency tree already: the unpacked packages
-# resolve the same dependencies with the same features and profile, so only the two crates
-# compile again (they are path packages at other paths, with artifacts of their own). The
-# Triton venv and kernel caches are the build's usual ones (~/.cache/flash-attn-rocm).
+# The build artifacts go to a cache outside the repository ($FLASH_ATTN_ROCM_PACKAGE_CACHE, by
+# default ~/.cache/flash-attn-rocm/package-check), so a rerun recompiles only the two crates;
+# the first run on a machine compiles the dependency tree once more. Not the repository's
+# target directory: the unpacked crate has the same name, version and place in its workspace as
+# the repository's, so cargo gives their artifacts the same names, and only file times would
+# keep the repository's from being taken for the package's. The Triton venv and kernel caches
+# are the build's usual ones (~/.cache/flash-attn-rocm).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-target="${FLASH_ATTN_ROCM_PACKAGE_TARGET:-${CARGO_TARGET_DIR:-$repo/target}}"
+cache="${FLASH_ATTN_ROCM_PACKAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/flash-attn-rocm/package-check}"
+target="$cache/target"
 # Registry limit on a .crate file (crates.io: 10 MB).
 limit=$((10 * 1000 * 1000))
 mkdir -p "$target"
@@ -99,11 +102,13 @@ triton_aot() {
 }
 
 # The patch replaces the registry dependency by the unpacked package; the profile is the
-# repository's, so the dependencies built in step 2 are reused.
+# repository's, so the dependencies built in step 3 are reused, with flash-attn-rocm at
+# opt-level 0 as there (compiled in a third of the time; the compat tests' CPU calls are small).
 compat_tests() {
     (cd "$work/candle-flash-attn-0.11.1" && cargo test \
         --config "patch.crates-io.flash-attn-rocm.path='$work/flash-attn-rocm-0.1.0'" \
-        --config 'profile.dev.opt-level=3' --config 'profile.dev.package."*".debug=false')
+        --config 'profile.dev.opt-level=3' --config 'profile.dev.package."*".debug=false' \
+        --config 'profile.dev.package.flash-attn-rocm.opt-level=0')
 }
 
 step "cargo package (both crates)" package

@@ -12,16 +12,16 @@
 #     and a handful of instances, one per kernel family the API reaches: batch with a mask,
 #     varlen with ALiBi, softcap, paged K/V (split-KV, with its combine kernels); set
 #     FLASH_ATTN_ROCM_FILTER= (empty) for every variant of that head dim and dtype (35
-#     instances). Triton here: FLASH_ATTN_ROCM_TRITON_DIMS, by default the 128 tile only, since
-#     step 3 covers the full set.
+#     instances). Triton here: FLASH_ATTN_ROCM_TRITON_DIMS and FLASH_ATTN_ROCM_TRITON_FILTER, by
+#     default the plain prefill kernels of the 128 tile only, since step 3 covers the full set.
 #  1b. Every head-dim tile the build accepts (32, 64, 96, 128, 160, 192, 256), fp16, one
 #     instance per kernel family it selects: forward batch, forward group (varlen), split-KV
 #     (paged) and its combine kernels, the last two only for the tiles this CK has split-KV
 #     kernels for (build/ck_codegen.py skips the others); built, linked and checked like step 1
 #     (its own build cache key: a warm rerun compiles nothing).
 #  2. RDNA (gfx1100, gfx1201): the Triton-only build (no CK, no hipcc) and link, and its test
-#     binary. Head-dim tile 64 only (fp16 and bf16): this proves the build path, embedding and
-#     the no-CK API; step 3 compiles every kernel for these archs.
+#     binary. The plain prefill kernels of tile 64 only (fp16 and bf16): this proves the build
+#     path, embedding and the no-CK API; step 3 compiles every kernel for these archs.
 #  3. Triton AOT check: the test of aot.py's launch-contract check (tests/python/
 #     test_aot_metadata.py, in the triton venv: it compiles one small kernel for gfx1100), then
 #     kernels/aot.py for one target per tile family, gfx942, gfx1030, gfx1100 and gfx1201, with
@@ -51,6 +51,10 @@ TILE_FILTER='fmha_fwd_d*_fp16_batch_*_psskddv_nlogits_nbias_nmask_lse_*'
 TILE_FILTER+=',fmha_fwd_d*_fp16_group_*_psskddv_nlogits_nbias_nmask_lse_*'
 TILE_FILTER+=',fmha_fwd_splitkv_d*_fp16_group_*_psskddv_nlogits_nbias_nmask_*_pagedkv'
 RDNA_ARCHS=gfx1100,gfx1201
+# The builds of steps 1 and 2 embed one plain prefill kernel per dtype (and the merge kernels,
+# always kept): they prove the build, the embedding and the linking; step 3 compiles every
+# Triton kernel.
+TRITON_BUILD_FILTER='fwd_prefill_*_flat'
 # Step 3 compiles every tile and dtype of one target per tile family of kernels/aot.py: CDNA
 # (gfx942), RDNA 2 (gfx1030), RDNA 3 (gfx1100), RDNA 4 (gfx1201).
 AOT_TARGETS=gfx942,gfx1030,gfx1100,gfx1201
@@ -185,7 +189,8 @@ step "cargo build + link (--features rocm, $arch)" cargo_build "$ck_messages" \
     FLASH_ATTN_ROCM_HDIMS="${FLASH_ATTN_ROCM_HDIMS:-128}" \
     FLASH_ATTN_ROCM_DTYPES="${FLASH_ATTN_ROCM_DTYPES:-fp16}" \
     FLASH_ATTN_ROCM_FILTER="${FLASH_ATTN_ROCM_FILTER-$CI_FILTER}" \
-    FLASH_ATTN_ROCM_TRITON_DIMS="${FLASH_ATTN_ROCM_TRITON_DIMS:-128}"
+    FLASH_ATTN_ROCM_TRITON_DIMS="${FLASH_ATTN_ROCM_TRITON_DIMS:-128}" \
+    FLASH_ATTN_ROCM_TRITON_FILTER="${FLASH_ATTN_ROCM_TRITON_FILTER-$TRITON_BUILD_FILTER}"
 step "CK code-object check ($arch)" in_chroot python3 "$repo/scripts/check_code_objects.py" \
     --cargo-json "$ck_messages" --arch "${arch%%,*}"
 step "test binary ($arch)" run_tests "$ck_messages"
@@ -193,13 +198,15 @@ step "test binary ($arch)" run_tests "$ck_messages"
 tiles_messages="$target/rocm-check-tiles-messages.json"
 step "cargo build + link (--features rocm, $arch, every head-dim tile)" cargo_build "$tiles_messages" \
     FLASH_ATTN_ROCM_ARCHS="$arch" FLASH_ATTN_ROCM_HDIMS="$TILE_HDIMS" FLASH_ATTN_ROCM_DTYPES=fp16 \
-    FLASH_ATTN_ROCM_FILTER="$TILE_FILTER" FLASH_ATTN_ROCM_TRITON_DIMS=128
+    FLASH_ATTN_ROCM_FILTER="$TILE_FILTER" FLASH_ATTN_ROCM_TRITON_DIMS=128 \
+    FLASH_ATTN_ROCM_TRITON_FILTER="${FLASH_ATTN_ROCM_TRITON_FILTER-$TRITON_BUILD_FILTER}"
 step "CK code-object check ($arch, every head-dim tile)" in_chroot python3 "$repo/scripts/check_code_objects.py" \
     --cargo-json "$tiles_messages" --arch "${arch%%,*}" --require-tiles "$TILE_HDIMS"
 
 rdna_messages="$target/rocm-check-rdna-messages.json"
 step "cargo build + link (--features rocm, $RDNA_ARCHS, Triton only)" cargo_build "$rdna_messages" \
-    FLASH_ATTN_ROCM_ARCHS="$RDNA_ARCHS" FLASH_ATTN_ROCM_TRITON_DIMS=64 FLASH_ATTN_ROCM_DTYPES=fp16,bf16
+    FLASH_ATTN_ROCM_ARCHS="$RDNA_ARCHS" FLASH_ATTN_ROCM_TRITON_DIMS=64 FLASH_ATTN_ROCM_DTYPES=fp16,bf16 \
+    FLASH_ATTN_ROCM_TRITON_FILTER="$TRITON_BUILD_FILTER"
 step "test binary ($RDNA_ARCHS)" run_tests "$rdna_messages"
 
 step "aot.py launch-contract test" in_chroot env PYTHONDONTWRITEBYTECODE=1 \

@@ -6,13 +6,14 @@ Doctests compile inside this crate, where candle-core is renamed `candle`; a use
 `candle_core` and `flash_attn_rocm::candle`. This check catches an example that only compiles
 as a doctest (say, one that writes `candle::` for candle-core).
 
-    python3 scripts/pasted_examples.py [--features F1,F2] [--no-run]
+    python3 scripts/pasted_examples.py [--features F1,F2] [--no-run] [--gated-only]
 
 Writes the scratch crate to target/pasted-examples/ (one Cargo example per rustdoc example,
 named after its file and line), builds them with the repository's target directory (so candle
 and this crate's build are shared with `cargo test`), then runs every example that is not
 `no_run`. Examples of modules that a feature gates (src/glue, src/gpu: `triton`) are built only
-when that feature is on. Exits non-zero on the first failure, naming the example's source line.
+when that feature is on; `--gated-only` builds only those (the others do not change with the
+features: a run without features covers them). Exits non-zero on the first failure, naming the example's source line.
 """
 import argparse
 import os
@@ -127,8 +128,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--features", default="", help="features of flash-attn-rocm (comma-separated)")
     parser.add_argument("--no-run", action="store_true", help="build only")
+    parser.add_argument("--gated-only", action="store_true",
+                        help="only the examples of modules a feature gates (with --features)")
     args = parser.parse_args()
     features = {f for f in args.features.split(",") if f}
+    if args.gated_only and not features:
+        sys.exit("pasted examples: --gated-only needs --features")
 
     found, skipped = [], []
     for directory, _, files in os.walk(os.path.join(ROOT, "src")):
@@ -146,11 +151,14 @@ def main():
                 if gate is not None and not gate & features:
                     skipped.append(f"{rel}:{line} (needs one of the features {', '.join(sorted(gate))})")
                     continue
+                if gate is None and args.gated_only:
+                    skipped.append(f"{rel}:{line} (not feature-gated: --gated-only)")
+                    continue
                 stem = re.sub(r"[^A-Za-z0-9]+", "_", rel[len("src/"):-len(".rs")])
                 found.append((f"{stem}_{line}", f"{rel}:{line}", "no_run" in attrs, as_program(unhide(lines))))
 
-    # The README's examples are what a user pastes first.
-    for line, info, lines in markdown_examples(os.path.join(ROOT, "README.md")):
+    # The README's examples are what a user pastes first (none is feature-gated).
+    for line, info, lines in ([] if args.gated_only else markdown_examples(os.path.join(ROOT, "README.md"))):
         if "ignore" in info:
             skipped.append(f"README.md:{line} ({info}: a fragment)")
             continue

@@ -65,7 +65,9 @@ for lib in "$cu13"/lib/lib*.so.*; do
 done
 
 # The libcuda stub: one empty function per driver entry point cudarc declares.
-cudarc=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.* 2>/dev/null | tail -n 1)
+# `|| true`: without a match ls fails, and under pipefail the assignment would end the script
+# before the message below.
+cudarc=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.* 2>/dev/null | tail -n 1 || true)
 if [ -z "$cudarc" ]; then
   echo "cudarc's sources are not in the cargo registry: run 'cargo fetch' first" >&2
   exit 1

@@ -64,9 +64,9 @@ fn main() {
 /// call: cargo shows a build script's warnings for path dependencies only, not for git ones.
 fn note_unoptimized_build() {
     if env::var("OPT_LEVEL").is_ok_and(|level| level == "0") {
-        let note = "flash-attn-rocm was compiled without optimization (opt-level 0, the dev profile of a \
-                    crate that depends on it): its CPU kernel runs about 200x slower than optimized. Add to your \
-                    Cargo.toml: [profile.dev.package.flash-attn-rocm] opt-level = 3";
+        let note = "compiled without optimization (opt-level 0, the dev profile of a crate that depends on \
+                    it): the CPU kernel runs about 200x slower than optimized. Add to your Cargo.toml: \
+                    [profile.dev.package.flash-attn-rocm] opt-level = 3";
         println!("cargo:warning=flash-attn-rocm: {note}");
         println!("cargo:rustc-env=FLASH_ATTN_ROCM_UNOPTIMIZED_NOTE={note}");
     }

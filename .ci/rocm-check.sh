@@ -52,9 +52,8 @@ TILE_FILTER+=',fmha_fwd_d*_fp16_group_*_psskddv_nlogits_nbias_nmask_lse_*'
 TILE_FILTER+=',fmha_fwd_splitkv_d*_fp16_group_*_psskddv_nlogits_nbias_nmask_*_pagedkv'
 RDNA_ARCHS=gfx1100,gfx1201
 # The builds of steps 1 and 2 embed the plain flat prefill kernels of their tile (exact and padded
-# head dim) per dtype (and the merge kernels,
-# always kept): they prove the build, the embedding and the linking; step 3 compiles every
-# Triton kernel.
+# head dim) per dtype, and the merge kernels (always kept): they prove the build, the embedding
+# and the linking; step 3 compiles every Triton kernel.
 TRITON_BUILD_FILTER='fwd_prefill_*_flat'
 # Step 3 compiles every tile and dtype of one target per tile family of kernels/aot.py: CDNA
 # (gfx942), RDNA 2 (gfx1030), RDNA 3 (gfx1100), RDNA 4 (gfx1201).

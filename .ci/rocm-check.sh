@@ -22,6 +22,9 @@
 #  2. RDNA (gfx1100, gfx1201): the Triton-only build (no CK, no hipcc) and link, and its test
 #     binary. The plain prefill kernels of tile 64 only (fp16 and bf16): this proves the build
 #     path, embedding and the no-CK API; step 3 compiles every kernel for these archs.
+#  2b. After steps 1 and 2: the HIP runtime stand-in (tools/hip-standin, scripts/hip_standin.py)
+#     linked with what each test binary imports, its exports checked against those imports, and
+#     each binary started on it (--list; no kernel runs without the emulator).
 #  3. Triton AOT check: the test of aot.py's launch-contract check (tests/python/
 #     test_aot_metadata.py, in the triton venv: it compiles one small kernel for gfx1100), then
 #     kernels/aot.py for one target per tile family, gfx942, gfx1030, gfx1100 and gfx1201, with
@@ -115,12 +118,27 @@ cargo_build() {
 # run_tests MESSAGES: runs the test binary the build named last. No GPU here: the tests that
 # need one report that they skip; this proves the binary loads and its no-GPU tests pass.
 run_tests() {
-    local binary
-    binary="$(in_chroot python3 -c 'import json, sys
+    in_chroot "$(last_binary "$1")" --nocapture
+}
+
+# last_binary MESSAGES: the test executable the build named last.
+last_binary() {
+    in_chroot python3 -c 'import json, sys
 exe = [m["executable"] for m in map(json.loads, (l for l in open(sys.argv[1]) if l.startswith("{")))
        if m.get("executable")]
-print(exe[-1])' "$1")"
-    in_chroot "$binary" --nocapture
+print(exe[-1])' "$1"
+}
+
+# standin_check MESSAGES: the HIP runtime stand-in (tools/hip-standin) linked with the exports
+# the test binary the build named last imports, the exports checked against those imports, then
+# the binary started on it with --list: every import resolves at its symbol version, and hipcc's
+# constructors register their fat binaries with it. No kernel runs here: the emulator is in no
+# package registry (scripts/hip-emu-tests.sh runs them).
+standin_check() {
+    local binary
+    binary="$(last_binary "$1")"
+    in_chroot python3 "$repo/scripts/hip_standin.py" build --out "$target/hip-standin" "$binary"
+    in_chroot env LD_LIBRARY_PATH="$target/hip-standin" "$binary" --list >/dev/null
 }
 
 # The AOT output for the current kernels: compiled once per key, then reused.
@@ -194,6 +212,9 @@ step "cargo build + link (--features rocm, $arch)" cargo_build "$ck_messages" \
 step "CK code-object check ($arch)" in_chroot python3 "$repo/scripts/check_code_objects.py" \
     --cargo-json "$ck_messages" --arch "${arch%%,*}"
 step "test binary ($arch)" run_tests "$ck_messages"
+step "HIP stand-in: unit tests" in_chroot env HIP_STANDIN_INCLUDE=/usr/include \
+    cargo test --release --quiet --manifest-path "$repo/tools/hip-standin/Cargo.toml"
+step "HIP stand-in: exports and start ($arch)" standin_check "$ck_messages"
 
 tiles_messages="$target/rocm-check-tiles-messages.json"
 step "cargo build + link (--features rocm, $arch, every head-dim tile)" cargo_build "$tiles_messages" \
@@ -208,6 +229,7 @@ step "cargo build + link (--features rocm, $RDNA_ARCHS, Triton only)" cargo_buil
     FLASH_ATTN_ROCM_ARCHS="$RDNA_ARCHS" FLASH_ATTN_ROCM_TRITON_DIMS=64 FLASH_ATTN_ROCM_DTYPES=fp16,bf16 \
     FLASH_ATTN_ROCM_TRITON_FILTER="$TRITON_BUILD_FILTER"
 step "test binary ($RDNA_ARCHS)" run_tests "$rdna_messages"
+step "HIP stand-in: exports and start ($RDNA_ARCHS)" standin_check "$rdna_messages"
 
 step "aot.py launch-contract test" in_chroot env PYTHONDONTWRITEBYTECODE=1 \
     "$triton_python" "$repo/tests/python/test_aot_metadata.py"

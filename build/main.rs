@@ -120,10 +120,9 @@ fn build() -> BuildResult<()> {
 
 #[cfg(feature = "triton")]
 fn build() -> BuildResult<()> {
-    // `amd-emulator` compiles the AMD Triton kernels (no CK) to run them on an ISA emulator.
-    #[cfg(any(feature = "rocm", feature = "amd-emulator"))]
+    #[cfg(feature = "rocm")]
     let amd_archs = selection::amd_archs()?;
-    #[cfg(not(any(feature = "rocm", feature = "amd-emulator")))]
+    #[cfg(not(feature = "rocm"))]
     let amd_archs: Vec<String> = Vec::new();
     #[cfg(feature = "cuda-verify")]
     let cuda_targets = selection::cuda_targets()?;

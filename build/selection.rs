@@ -2,9 +2,9 @@
 //! CK for those CK serves), and per kernel set its head dims, dtypes, options and name filter.
 use crate::BuildResult;
 use std::env;
-#[cfg(any(feature = "rocm", feature = "amd-emulator"))]
+#[cfg(feature = "rocm")]
 use std::path::PathBuf;
-#[cfg(any(feature = "rocm", feature = "amd-emulator"))]
+#[cfg(feature = "rocm")]
 use std::process::Command;
 
 /// AMD archs the Triton kernels are built for (each checked to compile with triton 3.6's AMD
@@ -14,15 +14,15 @@ use std::process::Command;
 /// same instructions (gfx1030-gfx1036), and triton 3.6 does not take the `gfx10-3-generic`
 /// target. (A gfx1031/gfx1032 run with HSA_OVERRIDE_GFX_VERSION=10.3.0 reports gfx1030 and
 /// uses gfx1030's.)
-#[cfg(any(feature = "rocm", feature = "amd-emulator"))]
+#[cfg(feature = "rocm")]
 const TRITON_ARCHS: [&str; 19] = [
     "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036",
     "gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1200", "gfx1201",
 ];
 /// CK's fmha forward pipelines here use MFMA; this CK version miscompiles gfx11/gfx12 (WMMA).
-#[cfg(any(feature = "rocm", feature = "amd-emulator"))]
+#[cfg(feature = "rocm")]
 pub const CK_ARCHS: [&str; 3] = ["gfx90a", "gfx942", "gfx950"];
-#[cfg(any(feature = "rocm", feature = "amd-emulator"))]
+#[cfg(feature = "rocm")]
 const FALLBACK_ARCH: &str = "gfx942";
 /// Head dims CK's receipt-2 forward tiles cover (hdim_q == hdim_v).
 #[cfg(feature = "rocm")]
@@ -35,7 +35,7 @@ const DEFAULT_TRITON_DIMS: &str = "32,64,128,256";
 const SUPPORTED_DTYPES: [&str; 2] = ["fp16", "bf16"];
 const DEFAULT_DTYPES: &str = "fp16,bf16";
 
-#[cfg(any(feature = "rocm", feature = "amd-emulator"))]
+#[cfg(feature = "rocm")]
 pub const ENV_ARCHS: &str = "FLASH_ATTN_ROCM_ARCHS";
 #[cfg(feature = "rocm")]
 pub const ENV_HDIMS: &str = "FLASH_ATTN_ROCM_HDIMS";
@@ -273,7 +273,7 @@ pub fn cuda_ptx() -> BuildResult<bool> {
 }
 
 /// FLASH_ATTN_ROCM_ARCHS, else the GPUs of this machine, else gfx942.
-#[cfg(any(feature = "rocm", feature = "amd-emulator"))]
+#[cfg(feature = "rocm")]
 pub fn amd_archs() -> BuildResult<Vec<String>> {
     for var in [ENV_ARCHS, "ROCM_PATH", "HIP_PATH", "PATH"] {
         println!("cargo:rerun-if-env-changed={var}");
@@ -284,7 +284,7 @@ pub fn amd_archs() -> BuildResult<Vec<String>> {
     }
 }
 
-#[cfg(any(feature = "rocm", feature = "amd-emulator"))]
+#[cfg(feature = "rocm")]
 fn parse_archs(list: &str) -> BuildResult<Vec<String>> {
     let mut archs: Vec<String> = Vec::new();
     for arch in list.split(',').map(str::trim).filter(|a| !a.is_empty()) {
@@ -298,7 +298,7 @@ fn parse_archs(list: &str) -> BuildResult<Vec<String>> {
     Ok(archs)
 }
 
-#[cfg(any(feature = "rocm", feature = "amd-emulator"))]
+#[cfg(feature = "rocm")]
 fn unsupported_arch_message(arch: &str) -> String {
     format!(
         "GPU arch `{arch}` is not supported: the Triton kernels build for {TRITON_ARCHS:?}, and \
@@ -309,7 +309,7 @@ fn unsupported_arch_message(arch: &str) -> String {
 
 /// The GPUs of this machine (amdgpu-arch, else rocminfo) that we build for, else gfx942 when
 /// none is visible.
-#[cfg(any(feature = "rocm", feature = "amd-emulator"))]
+#[cfg(feature = "rocm")]
 fn local_archs() -> BuildResult<Vec<String>> {
     let found = detect_gpu_archs();
     if found.is_empty() {
@@ -325,7 +325,7 @@ fn local_archs() -> BuildResult<Vec<String>> {
 
 /// Looks for the tools under $ROCM_PATH, $HIP_PATH and /opt/rocm, then on PATH; no ROCm
 /// install is required (an RDNA-only build needs none).
-#[cfg(any(feature = "rocm", feature = "amd-emulator"))]
+#[cfg(feature = "rocm")]
 fn detect_gpu_archs() -> Vec<String> {
     let mut roots: Vec<PathBuf> = ["ROCM_PATH", "HIP_PATH"].iter().filter_map(env::var_os).map(PathBuf::from).collect();
     roots.push(PathBuf::from("/opt/rocm"));

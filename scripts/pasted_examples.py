@@ -27,8 +27,8 @@ import tomllib
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRATCH = os.path.join(ROOT, "target", "pasted-examples")
 # Modules compiled only with a feature (see src/lib.rs), and the features that turn it on.
-GATED = {"src/glue/": {"triton", "rocm", "candle-rocm", "cuda-verify", "candle-cuda", "amd-emulator"},
-         "src/gpu/": {"triton", "rocm", "candle-rocm", "cuda-verify", "candle-cuda", "amd-emulator"}}
+GATED = {"src/glue/": {"triton", "rocm", "candle-rocm", "cuda-verify", "candle-cuda"},
+         "src/gpu/": {"triton", "rocm", "candle-rocm", "cuda-verify", "candle-cuda"}}
 DOC_LINE = re.compile(r"^\s*(///|//!) ?(.*)$")
 
 

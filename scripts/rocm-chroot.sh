@@ -3,7 +3,8 @@
 # `rocm` feature on machines without ROCm. Cached outside the repository.
 #
 #   scripts/rocm-chroot.sh create          make the chroot, or reuse it when already complete
-#   scripts/rocm-chroot.sh run -- CMD...   run CMD inside, with the repo, ~/.cargo and ~/.rustup
+#   scripts/rocm-chroot.sh run -- CMD...   run CMD inside, with the repo, ~/.cargo, ~/.rustup and
+#                                          FLASH_ATTN_ROCM_CHROOT_BINDS (colon-separated dirs)
 #                                          bind-mounted at their host paths, cwd kept
 #   scripts/rocm-chroot.sh path            print the chroot directory
 #
@@ -100,7 +101,10 @@ run_inside() {
     sync_host_ca_certificates
     local binds=("$REPO_DIR")
     local dir
-    for dir in "$HOME/.cargo" "$HOME/.rustup"; do
+    # FLASH_ATTN_ROCM_CHROOT_BINDS: more host directories to bind, colon-separated.
+    local extra=()
+    IFS=: read -r -a extra <<<"${FLASH_ATTN_ROCM_CHROOT_BINDS:-}"
+    for dir in "$HOME/.cargo" "$HOME/.rustup" "${extra[@]}"; do
         [ -d "$dir" ] && binds+=("$dir")
     done
     unshare --mount --propagation private -- bash -euo pipefail -c "$INNER_SCRIPT" inner \

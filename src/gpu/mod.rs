@@ -13,8 +13,6 @@
 mod buffer;
 mod compute_units;
 mod cuda;
-#[cfg(feature = "amd-emulator")]
-pub mod emulator;
 mod error;
 mod fault_words;
 mod hip;

@@ -1,19 +1,18 @@
 //! The kernel classes, each on small shapes that still take its variants' code paths: one
 //! work-group or a few per launch, so that a launch takes seconds on the emulator. Every call
 //! is checked against the CPU backend (compare.rs), and each class asserts which variants it
-//! launched (the emulator driver's record), so that the report says what ran.
+//! launched (the HIP stand-in's launch log), so that the report says what ran.
 use candle::{DType, Tensor};
 use flash_attn_rocm as fa;
-use flash_attn_rocm::gpu::emulator::take_launches;
 use flash_attn_rocm::gpu::Driver;
 use flash_attn_rocm::triton::offload::run_on_gpu;
 use flash_attn_rocm::triton::take_faults;
 use rand::rngs::StdRng;
-use rand::SeedableRng;
 
 use crate::common::ragged::{paginate, ragged, u32s, Ragged};
 use crate::common::{randn, values};
 use crate::compare::check;
+use crate::launches::take_launches;
 use crate::runner::ClassTest;
 
 pub const CLASSES: &[ClassTest] = &[
@@ -33,8 +32,9 @@ pub const CLASSES: &[ClassTest] = &[
 
 const DTYPES: [DType; 2] = [DType::F16, DType::BF16];
 
+/// A fresh seed per trial, printed for a replay (FLASH_ATTN_TEST_SEED).
 fn rng() -> StdRng {
-    StdRng::seed_from_u64(34)
+    crate::common::rng("amd_emulator")
 }
 
 fn scale(d: usize) -> f32 {

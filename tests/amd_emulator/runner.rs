@@ -1,15 +1,18 @@
 //! One trial per emulated arch and kernel class (`gfx1100::prefill`, ...), each reported ignored
-//! with the reason where it cannot run: no emulator (the variable unset, no libpython), or the
-//! arch not among the build's targets.
+//! with the reason where it cannot run: no HIP stand-in, its device another arch (one arch per
+//! process: `HIP_STANDIN_DEVICES`), or the arch not among the build's targets.
 use flash_attn_rocm::gpu::Driver;
 use flash_attn_rocm::triton::embedded_targets;
 use libtest_mimic::{Arguments, Completion, Trial};
 
-/// A kernel class's test body, given the emulated arch's driver.
+/// A kernel class's test body, given the driver whose device 0 is the emulated arch.
 pub type ClassTest = (&'static str, fn(&'static Driver));
 
 /// The archs the harness drives, in the order of the report.
 pub const ARCHS: [&str; 6] = ["gfx942", "gfx1100", "gfx1201", "gfx90a", "gfx1030", "gfx1103"];
+
+/// The stand-in's variable that lists its devices.
+const DEVICES_VAR: &str = "HIP_STANDIN_DEVICES";
 
 fn unavailable(arch: &str) -> Option<String> {
     if arch.starts_with("gfx10") {
@@ -18,13 +21,28 @@ fn unavailable(arch: &str) -> Option<String> {
     if !embedded_targets().contains(&arch) {
         return Some(format!("{arch} is not built (FLASH_ATTN_ROCM_ARCHS; built: {:?})", embedded_targets()));
     }
-    Driver::emulator(arch).err().map(|e| format!("no emulator: {e}"))
+    let Ok(devices) = std::env::var(DEVICES_VAR) else {
+        return Some(format!("{DEVICES_VAR} is unset: run through scripts/hip-emu-tests.sh (the HIP stand-in)"));
+    };
+    if devices.split(',').next() != Some(arch) {
+        return Some(format!("the stand-in's device 0 is {devices:?}"));
+    }
+    let driver = match Driver::hip() {
+        Ok(driver) => driver,
+        Err(e) => return Some(format!("no HIP runtime: {e}")),
+    };
+    match driver.arch_name(0) {
+        Ok(name) if name == arch => None,
+        Ok(name) => Some(format!("device 0 reports {name}, not {arch}")),
+        Err(e) => Some(format!("device 0: {e}")),
+    }
 }
 
 pub fn run(classes: &'static [ClassTest]) -> ! {
+    crate::launches::start_log();
     let mut args = Arguments::from_args();
     // One test at a time: the emulator runs one launch at a time anyway, and the fault word of
-    // an arch's driver is shared by its classes (a bad call's report must reach its own test).
+    // the device is shared by its classes (a bad call's report must reach its own test).
     args.test_threads.get_or_insert(1);
     let mut trials = Vec::new();
     for arch in ARCHS {
@@ -38,7 +56,7 @@ pub fn run(classes: &'static [ClassTest]) -> ! {
                 Some(_) => Ok(Completion::ignored_with("emulated arch unavailable")),
                 None => {
                     let started = std::time::Instant::now();
-                    test(Driver::emulator(arch).expect("checked"));
+                    test(Driver::hip().expect("checked"));
                     eprintln!("{arch}::{class}: {:.1} s", started.elapsed().as_secs_f64());
                     Ok(Completion::Completed)
                 }

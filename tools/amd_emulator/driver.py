@@ -1,10 +1,10 @@
-"""The Python half of the crate's `amd-emulator` driver backend (src/gpu/emulator/): loads code
-objects into host memory and launches their kernels on tinygrad's AMD ISA emulator, doing what
-a command processor does: kernarg segment from the kernel's metadata and the launcher's values,
+"""The emulator half of the HIP runtime stand-in (tools/hip-standin): loads code objects into
+host memory and launches their kernels on tinygrad's AMD ISA emulator, doing what a command
+processor does: kernarg segment from the kernel's metadata and the launcher's values,
 user SGPRs from the kernel descriptor, LDS size (static + dynamic) into RSRC2, work-group ids.
 Device memory is host memory: every address a kernel gets is a host address of this process.
 
-Called from Rust through `entry` (one call per driver function), which never raises: it writes
+Called from the stand-in's Rust side through `entry` (one call per driver function), which never raises: it writes
 a status word and, on failure, the error text into buffers the caller passes.
 """
 
@@ -123,6 +123,12 @@ def load(image_addr, handle_out):
     module_id = _new_id()
     _modules[module_id] = module
     ctypes.c_uint64.from_address(handle_out).value = module_id
+
+
+def target(module_id, out_addr, capacity):
+    """The module's target (`gfx942`), NUL-terminated, at `out_addr`."""
+    name = _modules[module_id].code.target.encode()[:capacity - 1]
+    ctypes.memmove(out_addr, name + b"\0", len(name) + 1)
 
 
 def unload(module_id):

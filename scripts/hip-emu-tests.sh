@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The crate's AMD path on tinygrad's AMD ISA emulator, behind the HIP runtime stand-in
+# (tools/hip-standin): the release code, its real HIP driver (src/gpu/hip.rs) and, for CK archs,
+# CK's own launcher, with `libamdhip64` replaced by the stand-in (docs/testing.md).
+#
+#   FLASH_ATTN_ROCM_TINYGRAD=/path/to/tinygrad scripts/hip-emu-tests.sh [archs] [trial filter]
+#
+# 1. the instruction checks of our emulator corrections (tools/amd_emulator/checks.py);
+# 2. `cargo test --features rocm --test amd_emulator --no-run` for the archs (default
+#    gfx942,gfx1100,gfx1201; every head-dim tile, both dtypes; the Triton build is cached);
+# 3. the stand-in linked with the exports those binaries import, and the exports checked;
+# 4. every arch x class trial in its own process (an emulated access that faults kills its
+#    process; the others still run), with `HIP_STANDIN_DEVICES` = the trial's arch, and the table.
+#
+# A CK arch (gfx90a, gfx942, gfx950) needs hipcc: then everything runs in the ROCm chroot
+# (scripts/rocm-chroot.sh), which gets the emulator's needs (numpy, clang, a shared libpython);
+# the tinygrad checkout is bind-mounted there. Logs: $OUT (default target/hip-emu), one per trial.
+set -u
+: "${FLASH_ATTN_ROCM_TINYGRAD:?set FLASH_ATTN_ROCM_TINYGRAD to a tinygrad checkout}"
+archs=${1:-gfx942,gfx1100,gfx1201}
+filter=${2:-}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root" || exit 1
+
+needs_ck=
+case ",$archs," in *,gfx90a,*|*,gfx942,*|*,gfx950,*) needs_ck=1 ;; esac
+if [ -n "$needs_ck" ] && [ -z "${HIP_EMU_INSIDE_CHROOT:-}" ]; then
+  scripts/rocm-chroot.sh create || exit 1
+  scripts/rocm-chroot.sh run -- bash -c 'command -v clang >/dev/null && python3 -c "import numpy" 2>/dev/null ||
+    { apt-get install -y -qq clang python3-numpy libpython3-dev >/dev/null || { apt-get update -qq && apt-get install -y -qq clang python3-numpy libpython3-dev >/dev/null; }; }' || exit 1
+  FLASH_ATTN_ROCM_CHROOT_BINDS=$FLASH_ATTN_ROCM_TINYGRAD exec scripts/rocm-chroot.sh run -- \
+    env HIP_EMU_INSIDE_CHROOT=1 FLASH_ATTN_ROCM_TINYGRAD="$FLASH_ATTN_ROCM_TINYGRAD" OUT="${OUT:-}" \
+    FLASH_ATTN_ROCM_TRITON_DIMS="${FLASH_ATTN_ROCM_TRITON_DIMS:-}" FLASH_ATTN_ROCM_DTYPES="${FLASH_ATTN_ROCM_DTYPES:-}" \
+    FLASH_ATTN_ROCM_HDIMS="${FLASH_ATTN_ROCM_HDIMS:-}" \
+    scripts/hip-emu-tests.sh "$archs" "$filter"
+fi
+
+# Inside the chroot, a target directory of its own: its binaries link against sid's libraries.
+[ -n "${HIP_EMU_INSIDE_CHROOT:-}" ] && export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target/hip-emu-chroot}
+out=${OUT:-$root/target/hip-emu}
+mkdir -p "$out"
+export FLASH_ATTN_ROCM_ARCHS=$archs
+export FLASH_ATTN_ROCM_TRITON_DIMS=${FLASH_ATTN_ROCM_TRITON_DIMS:-32,64,128,256}
+export FLASH_ATTN_ROCM_DTYPES=${FLASH_ATTN_ROCM_DTYPES:-fp16,bf16}
+[ -n "${FLASH_ATTN_ROCM_HDIMS:-}" ] || unset FLASH_ATTN_ROCM_HDIMS
+started=$(date +%s)
+
+echo "== instruction checks of the emulator corrections"
+python3 tools/amd_emulator/checks.py | tee "$out/checks.log"
+
+echo "== building (cargo test --features rocm --test amd_emulator --no-run, $archs)"
+build=(cargo test --features rocm --test amd_emulator --no-run)
+"${build[@]}" >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+bin=$("${build[@]}" --message-format=json 2>/dev/null | python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "amd_emulator" and m.get("executable"): print(m["executable"])')
+
+echo "== the HIP stand-in, linked with what the binary imports"
+python3 scripts/hip_standin.py build --out "$out/standin" "$bin" || exit 1
+export LD_LIBRARY_PATH=$out/standin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+echo "== trials (one process each)"
+printf '| trial | result | seconds | variants launched |\n|---|---|---|---|\n' >"$out/table.md"
+for trial in $("$bin" --list 2>/dev/null | sed -n 's/: test$//p'); do
+  arch=${trial%%::*}
+  case ",$archs," in *",$arch,"*) ;; *) continue ;; esac
+  [ -n "$filter" ] && case "$trial" in *$filter*) ;; *) continue ;; esac
+  log="$out/${trial//::/.}.log"
+  t0=$(date +%s)
+  HIP_STANDIN_DEVICES=$arch "$bin" --exact "$trial" >"$log" 2>&1
+  rc=$?
+  secs=$(( $(date +%s) - t0 ))
+  if grep -q "1 passed" "$log"; then result="ran, matched"
+  elif grep -q "1 ignored" "$log"; then result="skipped: $(grep -m1 "^$arch: skipped:" "$log" | sed 's/.*skipped: //')"
+  elif [ $rc -gt 128 ]; then result="crashed (signal $((rc - 128))); last call that matched: $(grep -o 'emu-diff.*' "$log" | tail -1 | sed 's/.*lse [^ ]* //')"
+  else result="failed: $(grep -m1 -A1 'panicked at' "$log" | tail -1 | cut -c1-180)"
+  fi
+  variants=$(grep -ho 'emu-launched [^:]*: .*' "$log" | sed 's/^emu-launched [^:]*: //')
+  printf '| %s | %s | %s | %s |\n' "$trial" "$result" "$secs" "$variants" | tee -a "$out/table.md"
+done
+echo "== done in $(( $(date +%s) - started )) s; table: $out/table.md; tinygrad $(git -C "$FLASH_ATTN_ROCM_TINYGRAD" rev-parse HEAD 2>/dev/null || cat "$FLASH_ATTN_ROCM_TINYGRAD/SNAPSHOT" 2>/dev/null || echo "(unknown snapshot)")"

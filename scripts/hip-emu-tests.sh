@@ -31,7 +31,7 @@ if [ -n "$needs_ck" ] && [ -z "${HIP_EMU_INSIDE_CHROOT:-}" ]; then
   FLASH_ATTN_ROCM_CHROOT_BINDS=$FLASH_ATTN_ROCM_TINYGRAD exec scripts/rocm-chroot.sh run -- \
     env HIP_EMU_INSIDE_CHROOT=1 FLASH_ATTN_ROCM_TINYGRAD="$FLASH_ATTN_ROCM_TINYGRAD" OUT="${OUT:-}" \
     FLASH_ATTN_ROCM_TRITON_DIMS="${FLASH_ATTN_ROCM_TRITON_DIMS:-}" FLASH_ATTN_ROCM_DTYPES="${FLASH_ATTN_ROCM_DTYPES:-}" \
-    FLASH_ATTN_ROCM_HDIMS="${FLASH_ATTN_ROCM_HDIMS:-}" \
+    FLASH_ATTN_ROCM_HDIMS="${FLASH_ATTN_ROCM_HDIMS:-}" FLASH_ATTN_ROCM_FILTER="${FLASH_ATTN_ROCM_FILTER:-}" \
     scripts/hip-emu-tests.sh "$archs" "$filter"
 fi
 
@@ -43,6 +43,7 @@ export FLASH_ATTN_ROCM_ARCHS=$archs
 export FLASH_ATTN_ROCM_TRITON_DIMS=${FLASH_ATTN_ROCM_TRITON_DIMS:-32,64,128,256}
 export FLASH_ATTN_ROCM_DTYPES=${FLASH_ATTN_ROCM_DTYPES:-fp16,bf16}
 [ -n "${FLASH_ATTN_ROCM_HDIMS:-}" ] || unset FLASH_ATTN_ROCM_HDIMS
+[ -n "${FLASH_ATTN_ROCM_FILTER:-}" ] || unset FLASH_ATTN_ROCM_FILTER
 started=$(date +%s)
 
 echo "== instruction checks of the emulator corrections"
@@ -68,11 +69,12 @@ for trial in $("$bin" --list 2>/dev/null | sed -n 's/: test$//p'); do
   [ -n "$filter" ] && case "$trial" in *$filter*) ;; *) continue ;; esac
   log="$out/${trial//::/.}.log"
   t0=$(date +%s)
-  HIP_STANDIN_DEVICES=$arch "$bin" --exact "$trial" >"$log" 2>&1
+  case "$trial" in *::ck_*) kernels=ck ;; *) kernels=triton ;; esac
+  HIP_STANDIN_DEVICES=$arch FLASH_ATTN_ROCM_KERNELS=$kernels "$bin" --exact "$trial" >"$log" 2>&1
   rc=$?
   secs=$(( $(date +%s) - t0 ))
   if grep -q "1 passed" "$log"; then result="ran, matched"
-  elif grep -q "1 ignored" "$log"; then result="skipped: $(grep -m1 "^$arch: skipped:" "$log" | sed 's/.*skipped: //')"
+  elif grep -q "1 ignored" "$log"; then result="skipped: $(grep -m1 "^$trial: skipped:\|^$arch: skipped:" "$log" | sed 's/.*skipped: //')"
   elif [ $rc -gt 128 ]; then result="crashed (signal $((rc - 128))); last call that matched: $(grep -o 'emu-diff.*' "$log" | tail -1 | sed 's/.*lse [^ ]* //')"
   else result="failed: $(grep -m1 -A1 'panicked at' "$log" | tail -1 | cut -c1-180)"
   fi

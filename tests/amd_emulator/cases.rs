@@ -30,20 +30,20 @@ pub const CLASSES: &[ClassTest] = &[
     ("faults", faults),
 ];
 
-const DTYPES: [DType; 2] = [DType::F16, DType::BF16];
+pub const DTYPES: [DType; 2] = [DType::F16, DType::BF16];
 
 /// A fresh seed per trial, printed for a replay (FLASH_ATTN_TEST_SEED).
-fn rng() -> StdRng {
+pub fn rng() -> StdRng {
     crate::common::rng("amd_emulator")
 }
 
-fn scale(d: usize) -> f32 {
+pub fn scale(d: usize) -> f32 {
     1.0 / (d as f32).sqrt()
 }
 
 /// Runs the class body, then asserts that some launched variant contains each of `expected`
 /// (e.g. `_b32`, `merge_`) and prints them all: what the arch x class table reports.
-fn launched_must_include(what: &str, expected: &[&str]) {
+pub fn launched_must_include(what: &str, expected: &[&str]) {
     let mut launched = take_launches();
     launched.sort();
     launched.dedup();
@@ -54,7 +54,7 @@ fn launched_must_include(what: &str, expected: &[&str]) {
     }
 }
 
-fn batch_inputs(rng: &mut StdRng, (b, s_q, s_k, h, h_k, d): (usize, usize, usize, usize, usize, usize), dtype: DType) -> [Tensor; 3] {
+pub fn batch_inputs(rng: &mut StdRng, (b, s_q, s_k, h, h_k, d): (usize, usize, usize, usize, usize, usize), dtype: DType) -> [Tensor; 3] {
     [randn(rng, &[b, s_q, h, d], dtype), randn(rng, &[b, s_k, h_k, d], dtype), randn(rng, &[b, s_k, h_k, d], dtype)]
 }
 
@@ -147,7 +147,7 @@ fn split_keys_merge(driver: &'static Driver) {
     launched_must_include("split_keys_merge", &["merge_fp16_d64", "merge_bf16_d64"]);
 }
 
-fn paged_call<'a>(r: &'a Ragged, page: usize, rng: &mut StdRng, causal: bool) -> impl Fn() -> crate::compare::Outcome + 'a {
+pub fn paged_call<'a>(r: &'a Ragged, page: usize, rng: &mut StdRng, causal: bool) -> impl Fn() -> crate::compare::Outcome + 'a {
     let p = paginate(rng, r, page, 1);
     let (sq, sk) = r.seqlens();
     let max_q = r.lens.iter().map(|l| l.0).max().unwrap();

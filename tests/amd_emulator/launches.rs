@@ -19,7 +19,8 @@ pub fn start_log() {
 static READ: Mutex<u64> = Mutex::new(0);
 
 /// The launches logged since the last call, in order: the variant (`fwd_decode_fp16_d64_flat_b32`)
-/// of an embedded Triton image, else the kernel's name.
+/// of an embedded Triton image, else what a CK kernel's name says it is (`ck_fwd`, ...), else
+/// the kernel's name.
 pub fn take_launches() -> Vec<&'static str> {
     let Some(path) = std::env::var_os(LOG_VAR).map(PathBuf::from) else { return Vec::new() };
     let mut read = READ.lock().unwrap_or_else(|e| e.into_inner());
@@ -40,5 +41,6 @@ fn variant_of(line: &str) -> &'static str {
     if let Some(k) = KERNELS.iter().find(|k| Some(k.image.as_ptr() as usize) == image) {
         return k.variant;
     }
-    Box::leak(field(line, "kernel=").unwrap_or(line).to_owned().into_boxed_str())
+    let kernel = field(line, "kernel=").unwrap_or(line);
+    crate::ck_cases::ck_kind(kernel).unwrap_or_else(|| Box::leak(kernel.to_owned().into_boxed_str()))
 }

@@ -13,11 +13,12 @@
 mod common;
 
 mod cases;
+mod ck_cases;
 mod compare;
 mod launches;
 mod runner;
 mod twins;
 
 fn main() {
-    runner::run(cases::CLASSES)
+    runner::run(&[cases::CLASSES, ck_cases::CK_CLASSES])
 }

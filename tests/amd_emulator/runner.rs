@@ -38,7 +38,22 @@ fn unavailable(arch: &str) -> Option<String> {
     }
 }
 
-pub fn run(classes: &'static [ClassTest]) -> ! {
+/// The kernel family a class needs on `arch`: its CK classes (`ck_*`) run with
+/// `FLASH_ATTN_ROCM_KERNELS=ck` on a CK arch of the build, the others with `triton` where CK is
+/// built (else the dispatch could take CK for a call the class means for Triton).
+fn family_unavailable(class: &str, arch: &str) -> Option<String> {
+    let ck_built = flash_attn_rocm::rocm::CK_ARCHS.split(',').any(|a| a == arch);
+    let forced = std::env::var("FLASH_ATTN_ROCM_KERNELS").unwrap_or_default();
+    let wanted = match (class.starts_with("ck_"), ck_built) {
+        (true, false) => return Some(format!("CK is not built for {arch} ({})", flash_attn_rocm::rocm::BUILD_INFO)),
+        (true, true) => "ck",
+        (false, true) => "triton",
+        (false, false) => return None,
+    };
+    (forced != wanted).then(|| format!("needs FLASH_ATTN_ROCM_KERNELS={wanted}"))
+}
+
+pub fn run(class_lists: &[&'static [ClassTest]]) -> ! {
     crate::launches::start_log();
     let mut args = Arguments::from_args();
     // One test at a time: the emulator runs one launch at a time anyway, and the fault word of
@@ -50,10 +65,13 @@ pub fn run(classes: &'static [ClassTest]) -> ! {
         if let Some(why) = &why {
             eprintln!("{arch}: skipped: {why}");
         }
-        for &(class, test) in classes {
-            let why = why.clone();
+        for &(class, test) in class_lists.iter().copied().flatten() {
+            let why = why.clone().or_else(|| if args.list { None } else { family_unavailable(class, arch) });
             trials.push(Trial::ignorable_test(format!("{arch}::{class}"), move || match why {
-                Some(_) => Ok(Completion::ignored_with("emulated arch unavailable")),
+                Some(why) => {
+                    eprintln!("{arch}::{class}: skipped: {why}");
+                    Ok(Completion::ignored_with("emulated arch or family unavailable"))
+                }
                 None => {
                     let started = std::time::Instant::now();
                     test(Driver::hip().expect("checked"));

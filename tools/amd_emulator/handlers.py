@@ -623,16 +623,25 @@ class _Runtime:
         self.fxn = fxn
 
 
+def buffer_instruction(raw, arch):
+    """(name, size) of an RDNA3 MUBUF / RDNA4 VBUFFER instruction (which the emulator does not
+    decode) in the bytes `raw`, else None."""
+    first = int.from_bytes(raw[:4], "little")
+    buffer_encoding = {"rdna3": (0b111000, 8), "rdna4": (0b110001, 12)}.get(arch)
+    if not buffer_encoding or first >> 26 != buffer_encoding[0]:
+        return None
+    size = buffer_encoding[1]
+    op = bits(int.from_bytes(raw[:size], "little"), 25, 18) if arch == "rdna3" else bits(first, 21, 14)
+    return BUFFER_NAMES.get(op) or CACHE_INVALIDATES.get(op) or f"buffer op {op}", size
+
+
 def runner_for(pc, arch):
     """The emulator's (program, runtime) pair for the instruction at `pc` when we handle it."""
     from tinygrad.renderer.amd import decode_inst
     raw = ctypes.string_at(pc, 16)
-    first = int.from_bytes(raw[:4], "little")
-    buffer_encoding = {"rdna3": (0b111000, 8), "rdna4": (0b110001, 12)}.get(arch)
-    if buffer_encoding and first >> 26 == buffer_encoding[0]:
-        size = buffer_encoding[1]
-        op = bits(int.from_bytes(raw[:size], "little"), 25, 18) if arch == "rdna3" else bits(first, 21, 14)
-        name = BUFFER_NAMES.get(op) or CACHE_INVALIDATES.get(op) or f"buffer op {op}"
+    buffer = buffer_instruction(raw, arch)
+    if buffer:
+        name, size = buffer
         if (arch, name) not in HANDLERS:
             raise NotImplementedError(f"{arch} {name}: neither the emulator nor our handlers implement it")
         inst = None

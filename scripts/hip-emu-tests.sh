@@ -42,8 +42,12 @@ mkdir -p "$out"
 export FLASH_ATTN_ROCM_ARCHS=$archs
 export FLASH_ATTN_ROCM_TRITON_DIMS=${FLASH_ATTN_ROCM_TRITON_DIMS:-32,64,128,256}
 export FLASH_ATTN_ROCM_DTYPES=${FLASH_ATTN_ROCM_DTYPES:-fp16,bf16}
-[ -n "${FLASH_ATTN_ROCM_HDIMS:-}" ] || unset FLASH_ATTN_ROCM_HDIMS
-[ -n "${FLASH_ATTN_ROCM_FILTER:-}" ] || unset FLASH_ATTN_ROCM_FILTER
+# CK: the instances the ck_* trials call, f16 and bf16 at head dim 128: batch with a mask (causal,
+# windows) and with softcap, group mode with ALiBi, paged split-KV with a mask (and its combine).
+CK_TRIAL_FILTER='fmha_fwd_d128_*_batch_*_psskddv_nlogits_nbias_mask_lse_*,fmha_fwd_d128_*_batch_*_psskddv_logits_nbias_nmask_lse_*'
+CK_TRIAL_FILTER+=',fmha_fwd_d128_*_group_*_nlogits_alibi_nmask_lse_*,fmha_fwd_splitkv_d128_*_group_*_nlogits_nbias_mask_*_pagedkv'
+export FLASH_ATTN_ROCM_HDIMS=${FLASH_ATTN_ROCM_HDIMS:-128}
+export FLASH_ATTN_ROCM_FILTER=${FLASH_ATTN_ROCM_FILTER:-$CK_TRIAL_FILTER}
 started=$(date +%s)
 
 echo "== instruction checks of the emulator corrections"

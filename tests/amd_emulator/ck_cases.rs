@@ -79,16 +79,16 @@ fn ck_varlen_alibi(driver: &'static Driver) {
     launched_must_include("ck_varlen_alibi", &["ck_fwd"]);
 }
 
-/// Paged K/V (pages of 16 rows, CK's split-KV kernels and their combine): causal prefill rows
-/// and decode rows, GQA 2/1.
+/// Paged K/V (pages of 128 rows, the multiple CK's paged kernels need; its split-KV kernels and
+/// their combine): causal prefill rows and decode rows, GQA 2/1.
 fn ck_paged_split_kv(driver: &'static Driver) {
     let mut rng = rng();
     take_launches();
     for dtype in DTYPES {
-        let r = ragged(&mut rng, &[(20, 45), (3, 70)], (2, 1, 128), dtype);
-        check(&format!("ck paged prefill {dtype:?} d128 page 16 causal"), driver, paged_call(&r, 16, &mut rng, true));
-        let r = ragged(&mut rng, &[(1, 45), (1, 90), (1, 16)], (2, 1, 128), dtype);
-        check(&format!("ck paged decode {dtype:?} d128 page 16 causal"), driver, paged_call(&r, 16, &mut rng, true));
+        let r = ragged(&mut rng, &[(20, 200), (3, 130)], (2, 1, 128), dtype);
+        check(&format!("ck paged prefill {dtype:?} d128 page 128 causal"), driver, paged_call(&r, 128, &mut rng, true));
+        let r = ragged(&mut rng, &[(1, 45), (1, 300), (1, 16)], (2, 1, 128), dtype);
+        check(&format!("ck paged decode {dtype:?} d128 page 128 causal"), driver, paged_call(&r, 128, &mut rng, true));
     }
     launched_must_include("ck_paged_split_kv", &["ck_splitkv"]);
 }
@@ -100,13 +100,13 @@ fn ck_guard_faults(driver: &'static Driver) {
     take_launches();
     take_faults(driver).expect("no fault before this test");
     let r = ragged(&mut rng, &[(2, 40), (1, 30)], (2, 1, 128), DType::F16);
-    let p = paginate(&mut rng, &r, 16, 1);
+    let p = paginate(&mut rng, &r, 128, 1);
     let mut table: Vec<Vec<u32>> = p.table.to_vec2().unwrap();
     table[1][0] = p.k_pages.dim(0).unwrap() as u32 + 5;
     let table = Tensor::new(table, &candle::Device::Cpu).unwrap();
     let (sq, sk) = r.seqlens();
     let out = run_on_gpu(driver, || {
-        fa::flash_attn_varlen_paged_windowed(&r.q, &p.k_pages, &p.v_pages, &sq, &sk, &table, None, 2, 40, scale(128), None, Some(0), 16, None)
+        fa::flash_attn_varlen_paged_windowed(&r.q, &p.k_pages, &p.v_pages, &sq, &sk, &table, None, 2, 40, scale(128), None, Some(0), 128, None)
     })
     .expect("bad block ids are the kernels' business");
     assert!(values(&out).iter().all(|x| x.is_finite()), "non-finite output");

@@ -57,6 +57,77 @@ def mfma_f32_32x32x8_f16():
 
 
 @check
+def mfma_f32_16x16x16_f16():
+    """MI300 ISA, dense MFMA 16x16x16 (CK's f16 GEMM tile): A[i][k] is element k % 4 of lane
+    i + 16 * (k // 4), B[k][j] of lane j + 16 * (k // 4); D[i][j] is register i % 4 of lane
+    j + 16 * (i // 4). C = inline 0. No handler of ours: this checks the emulator's own."""
+    ins = programs.isa("cdna")
+    rng = np.random.default_rng(2)
+    a = rng.integers(-4, 5, (16, 16)).astype(np.float16)
+    b = rng.integers(-4, 5, (16, 16)).astype(np.float16)
+    bits = lambda x: np.asarray(x, np.float16).view(np.uint16).astype(np.uint32)
+    a_regs, b_regs = np.zeros((2, 64), np.uint32), np.zeros((2, 64), np.uint32)
+    for lane in range(64):
+        ks = range(4 * (lane // 16), 4 * (lane // 16) + 4)
+        av, bv = [a[lane % 16, k] for k in ks], [b[k, lane % 16] for k in ks]
+        a_regs[:, lane] = halves_to_words(bits(av[0::2]), bits(av[1::2]))
+        b_regs[:, lane] = halves_to_words(bits(bv[0::2]), bits(bv[1::2]))
+    d = a.astype(np.float32) @ b.astype(np.float32)
+    expected = np.array([[d[r + 4 * (lane // 16), lane % 16] for lane in range(64)] for r in range(4)], np.float32)
+    body = [ins.v_mfma_f32_16x16x16_f16(ins.v[20:23], ins.v[2:3], ins.v[4:5], 0)]
+    inputs = {2: a_regs[0], 3: a_regs[1], 4: b_regs[0], 5: b_regs[1]}
+    return dict(arch="cdna", body=body, inputs=inputs, outputs=[20, 21, 22, 23], expected=expected.view(np.uint32),
+                names=["V_MFMA_F32_16X16X16_F16"])
+
+
+@check
+def cdna_buffer_load_dword_lds_reads_only_active_in_range_lanes():
+    """MI300 ISA BUFFER_LOAD_DWORD with LDS = 1: lane l's dword goes to LDS byte M0 + 4 * l;
+    a lane past num_records loads 0; a lane not in EXEC leaves its LDS word. The V# covers the
+    inputs' row of v3 (256 bytes, raw); lanes 0-47 read word l, lanes 48-55 lie past num_records
+    (offset 0x80000000), lanes 56-63 are not in EXEC. LDS bytes 256.. start as the sentinels of
+    v4; ds_read_b32 brings them back to v6."""
+    ins = programs.isa("cdna")
+    lane = np.arange(64, dtype=np.uint32)
+    data, sentinel = 0x5EED0000 + 3 * lane, 0xA0A00000 + lane
+    offsets = np.where(lane < 48, 4 * lane, 0x80000000).astype(np.uint32)
+    expected = np.where(lane < 48, data, np.where(lane < 56, 0, sentinel)).astype(np.uint32)
+    body = [ins.ds_write_b32(addr=ins.v[1], data0=ins.v[4], offset0=0, offset1=1),
+            ins.s_waitcnt(simm16=0),
+            ins.s_add_u32(ins.s[8], ins.s[0], 64 * 4), ins.s_addc_u32(ins.s[9], ins.s[1], 0),
+            ins.s_and_b32(ins.s[9], ins.s[9], 0xFFFF), ins.s_mov_b32(ins.s[10], 256), ins.s_mov_b32(ins.s[11], 0x00020000),
+            ins.s_mov_b32(ins.src[124], 256), ins.s_mov_b32(ins.EXEC_HI, 0x00FFFFFF),  # src 124 is M0 on CDNA
+            ins.MUBUF(ins.MUBUFOp.BUFFER_LOAD_DWORD, vdata=ins.v[0], vaddr=ins.v[2], srsrc=ins.s[8:11], soffset=0x80, offen=1, lds=1),
+            ins.s_waitcnt(simm16=0), ins.s_mov_b32(ins.EXEC_HI, -1),
+            ins.ds_read_b32(vdst=ins.v[6], addr=ins.v[1], offset0=0, offset1=1), ins.s_waitcnt(simm16=0)]
+    return dict(arch="cdna", body=body, inputs={2: offsets, 3: data, 4: sentinel}, outputs=[6], expected=expected[None, :],
+                names=["BUFFER_LOAD_DWORD"], lds_bytes=1024, may_fault=True)
+
+
+@check
+def cdna_s_getpc_b64_is_the_next_instruction():
+    """MI300 ISA S_GETPC_B64: `D0.i64 = PC + 4`: 4 bytes before the address it returns lies the
+    s_getpc_b64 itself, whose encoding v6 reads back from there."""
+    ins = programs.isa("cdna")
+    getpc = ins.s_getpc_b64(ins.s[10:11])
+    word = int.from_bytes(getpc.to_bytes()[:4], "little")
+    body = [getpc, ins.s_sub_u32(ins.s[10], ins.s[10], 4), ins.s_subb_u32(ins.s[11], ins.s[11], 0),
+            ins.v_mov_b32_e32(ins.v[7], 0), ins.global_load_dword(vdst=ins.v[6], addr=ins.v[7], saddr=ins.s[10:11], offset=0),
+            ins.s_waitcnt(simm16=0)]
+    return dict(arch="cdna", body=body, inputs={}, outputs=[6], expected=np.full((1, 64), word, np.uint32), names=["S_GETPC_B64"])
+
+
+@check
+def cdna_s_setreg_imm32_b32_mode_runs():
+    """MI300 ISA S_SETREG_IMM32_B32 hwreg(HW_REG_MODE, 4, 2), 3 (CK's FP32-denormal setting):
+    executes, and the program goes on (v6 = 7 after it)."""
+    ins = programs.isa("cdna")
+    body = [ins.s_setreg_imm32_b32(ins.s[0], 1 | 4 << 6 | 1 << 11, 3), ins.v_mov_b32_e32(ins.v[6], 7)]
+    return dict(arch="cdna", body=body, inputs={}, outputs=[6], expected=np.full((1, 64), 7, np.uint32),
+                names=["S_SETREG_IMM32_B32"])
+
+
+@check
 def cvt_f16_f32_to_v128_and_up():
     """MI300 ISA V_CVT_F16_F32: `D0.f16 = f32_to_f16(S0.f32)` (round to nearest even), into
     v130: a whole VGPR on CDNA (no RDNA-style high-half aliasing of v2); D0[31:16] kept."""

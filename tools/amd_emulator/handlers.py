@@ -411,6 +411,61 @@ def cdna_buffer_store_narrow(wave, word, size):
 CDNA_BUFFER_STORE_SHORT = 26  # MI300 MUBUF opcode (BUFFER_STORE_BYTE: 24)
 
 
+@handler("cdna", "BUFFER_LOAD_DWORD")
+def cdna_buffer_load_dword_to_lds(wave, word, size):
+    """MI300 ISA MUBUF BUFFER_LOAD_DWORD with LDS = 1 (bit 16; fields as for the store above):
+    the dword goes to LDS instead of VGPRs, at M0 (SGPR 124) + TID * 4 for each lane in EXEC; a
+    lane whose buffer offset lies at or past num_records (raw V#) loads 0. Only lanes in EXEC
+    that are in range read memory: the emulator reads every lane's address, and an out-of-range
+    or inactive lane's substituted address 0 faults the process (CK's async K/V loads, which
+    rely on the 0 for their padded tiles). The instruction offset must be 0 here (CK's loads):
+    its part in the LDS address is not modelled."""
+    vaddr, rsrc = bits(word, 39, 32), 4 * bits(word, 52, 48)
+    offen, idxen, inst_offset, soffset = bits(word, 12, 12), bits(word, 13, 13), bits(word, 11, 0), bits(word, 63, 56)
+    if inst_offset or idxen:
+        raise NotImplementedError(f"buffer_load_dword lds with offset {inst_offset}, idxen {idxen}: not modelled")
+    v = [int(x) for x in wave.sgpr[rsrc:rsrc + 4]]
+    base, num_records = v[0] | (v[1] & 0xFFFF) << 32, v[2]
+    lds_base = int(wave.sgpr[CDNA_M0]) & 0x3FFFF
+    soff = wave.scalar(soffset)
+    for lane in wave.active_lanes():
+        offset = (int(wave.vgpr[vaddr, lane]) if offen else 0) & 0xFFFFFFFF
+        value = ctypes.c_uint32.from_address(base + soff + offset).value if offset + 4 <= num_records else 0
+        at = lds_base + 4 * lane
+        if at + 4 > launch_facts["lds_bytes"]:
+            raise IndexError(f"buffer_load_dword lds: LDS byte {at} past the work-group's {launch_facts['lds_bytes']}")
+        ctypes.c_uint32.from_address(wave.lds_addr + at).value = value
+    wave.advance(size)
+
+
+APPLIES[("cdna", "BUFFER_LOAD_DWORD")] = lambda word: bits(word, 16, 16) == 1
+CDNA_M0 = 124  # M0's SGPR index in the CDNA operand encoding
+
+
+@handler("cdna", "S_GETPC_B64")
+def cdna_s_getpc_b64(wave, word, size):
+    """MI300 ISA S_GETPC_B64 (SOP1: sdst 22:16): `D0.i64 = PC + 4`, the address of the next
+    instruction (the emulator has no PC variable in its pseudocode: not compiled). CK reads
+    constants of its code object PC-relative."""
+    pc = (int(wave.sgpr[PC_LO]) | int(wave.sgpr[PC_HI]) << 32) + 4
+    sdst = bits(word, 22, 16)
+    wave.sgpr[sdst], wave.sgpr[sdst + 1] = pc & 0xFFFFFFFF, pc >> 32
+    wave.advance(size)
+
+
+@handler("cdna", "S_SETREG_IMM32_B32")
+def cdna_s_setreg_imm32_b32(wave, word, size):
+    """MI300 ISA S_SETREG_IMM32_B32 (SOPK + literal; simm16 15:0 = hwreg id 5:0, offset 10:6,
+    size - 1 15:11): writes bits of a hardware register. The emulator models none of them (its
+    pseudocode has no WAVE_STATUS / MODE variables: not compiled). Only HW_REG_MODE (id 1) is
+    accepted, and the write has no effect: the emulator's arithmetic has fixed denormal and
+    rounding behaviour whatever MODE says (CK sets MODE's FP32 denormal bits 5:4)."""
+    hwreg = bits(word, 5, 0)
+    if hwreg != 1:
+        raise NotImplementedError(f"s_setreg_imm32_b32 of hardware register {hwreg}: not modelled")
+    wave.advance(size)
+
+
 # ---------------------------------------------------------------------------------------------
 # RDNA4 WMMA with an inline-constant accumulator (RDNA4 ISA, WMMA: "SRC2 may be an inline
 # constant", every element of C is then that constant). The emulator reads VGPRs at the

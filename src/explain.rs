@@ -8,7 +8,7 @@
 use crate::params::{AttnCall, Mode};
 use crate::rocm::dispatch::KernelFamily;
 use crate::rocm::SplitKv;
-use crate::triton::Plan;
+use crate::triton::{KernelImage, Plan};
 use candle::Result;
 use std::cell::RefCell;
 use std::fmt;
@@ -99,8 +99,9 @@ impl Dispatch {
 pub(crate) enum GpuWork<'a> {
     /// Nothing (a call without keys or query rows): the family that would have served it.
     Nothing(KernelFamily),
-    /// Our Triton kernels, with their launch plan.
-    Triton(&'a Plan),
+    /// Our Triton kernels, with their launch plan and the attention image the launch takes
+    /// (the plan's 64-bit image or its 32-bit twin).
+    Triton { plan: &'a Plan, fwd: &'static KernelImage },
     /// CK: the forward head-dim tile, or the split-KV plan of a paged call.
     Ck { tile: usize, split: Option<&'a SplitKv> },
 }
@@ -110,12 +111,9 @@ impl Dispatch {
     /// A GPU call's choice: `device` names the API, ordinal and arch (`HIP:0:gfx1100`).
     pub(crate) fn gpu(device: String, arch: &str, call: &AttnCall, work: GpuWork) -> Self {
         let (backend, target, variant, splits, merge, work) = match work {
-            GpuWork::Triton(plan) => {
-                let fwd = plan.kernels.fwd;
+            GpuWork::Triton { plan, fwd } => {
                 let merge = (plan.num_splits > 1).then(|| plan.kernels.merge.variant.to_owned());
-                // The 32-bit twin is launched instead when every tensor fits it (`Kernels::fwd_for`).
-                let twin = plan.kernels.fwd_b32.map(|b32| format!("; {} where every tensor spans < 2 GiB", b32.variant));
-                let layout = format!("grid {:?}, {} keys per split{}", plan.grid, plan.split_len, twin.unwrap_or_default());
+                let layout = format!("grid {:?}, {} keys per split", plan.grid, plan.split_len);
                 (Backend::Triton, fwd.target.to_owned(), fwd.variant.to_owned(), plan.num_splits, merge, layout)
             }
             GpuWork::Ck { tile, split } => {

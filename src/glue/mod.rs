@@ -206,7 +206,7 @@ fn queue<D: GpuDevice>(
     let work = if launched { Work::plan(call, family, info.units)? } else { Work::Nothing };
     // Told (and, under `explain`, stopped) before anything with a side effect: the fault words
     // below, the allocations.
-    crate::explain::chosen(|| Ok(dispatch(driver, device.ordinal(), info, call, (family, &built), &work)))?;
+    crate::explain::chosen(|| Ok(dispatch(driver, device.ordinal(), info, req, call, (family, &built), &work)))?;
     // Both families read the seqlens and block table where they lie and check them there (CK:
     // the guard kernel; Triton: the kernels themselves), reporting to the call's own fault word.
     // Out-of-range values found in this thread's earlier calls on this stream fail this one,
@@ -259,6 +259,7 @@ fn dispatch(
     driver: &Driver,
     ordinal: i32,
     info: &DeviceInfo,
+    req: &Request<'_>,
     call: &AttnCall,
     (family, built): (KernelFamily, &crate::rocm::dispatch::Built),
     work: &Work,
@@ -266,7 +267,9 @@ fn dispatch(
     let device = format!("{}:{ordinal}:{}", driver.api(), info.arch);
     let work = match work {
         Work::Nothing => GpuWork::Nothing(family),
-        Work::Triton(plan) => GpuWork::Triton(plan),
+        // The image the launch takes (`Kernels::fwd_for`): the 32-bit twin when every tensor
+        // spans under 2 GiB, which depends on the side tensors' row strides as attached below.
+        Work::Triton(plan) => GpuWork::Triton { plan, fwd: plan.kernels.fwd_for(call, plan.num_splits, &side_row_strides(req)) },
         Work::Ck { split, .. } => GpuWork::Ck { tile: built.ck_fwd_tile(call.head_dim).unwrap_or(call.head_dim), split: split.as_ref() },
     };
     Dispatch::gpu(device, &info.arch, call, work)
@@ -302,6 +305,20 @@ fn table_with_unit_row_stride(table: &Tensor) -> Result<Tensor> {
 /// Whether the ids of a block-table row (a `(b, max_blocks)` layout) are consecutive elements.
 fn unit_row_stride(layout: &Layout) -> bool {
     layout.dims()[1] <= 1 || layout.stride()[1] == 1
+}
+
+/// The side tensors' row strides as [`attach_side_tensors`] will find them (the block table's
+/// after [`table_with_unit_row_stride`]), in otherwise empty buffers: what the 32-bit twin's
+/// choice reads before anything is allocated.
+fn side_row_strides(req: &Request<'_>) -> DeviceBuffers {
+    let varlen = req.varlen;
+    let table = varlen.and_then(|v| v.block_table).map(Tensor::layout);
+    let ranges = varlen.and_then(|v| v.mm_prefix_ranges).map(Tensor::layout);
+    DeviceBuffers {
+        block_table_row_stride: table.map_or(0, |l| if unit_row_stride(l) { l.stride()[0] } else { l.dims()[1] }),
+        mm_prefix_row_stride: ranges.map_or(0, |l| l.stride()[0]),
+        ..DeviceBuffers::default()
+    }
 }
 
 /// Points `buffers` at the side tensors (addresses of [`side_tensors`]' list): the ALiBi slopes

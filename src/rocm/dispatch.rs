@@ -249,7 +249,7 @@ mod tests {
                 panic!("head dim 256 should go to Triton")
             };
             let plan = Plan::new(&call, kernels, 304).unwrap();
-            let triton = Dispatch::gpu(device(), "gfx942", &call, GpuWork::Triton(&plan));
+            let triton = Dispatch::gpu(device(), "gfx942", &call, GpuWork::Triton { plan: &plan, fwd: kernels.fwd });
             assert_eq!((triton.backend, triton.target.as_str(), triton.variant.as_str()), (Backend::Triton, "gfx942", "fwd_test"));
             assert_eq!(triton.splits, plan.num_splits);
             assert_eq!(triton.splits > 1, split, "{triton}");

@@ -80,15 +80,15 @@ fn ck_varlen_alibi(driver: &'static Driver) {
 }
 
 /// Paged K/V (pages of 128 rows, the multiple CK's paged kernels need; its split-KV kernels and
-/// their combine): causal prefill rows and decode rows, GQA 2/1.
+/// their combine): causal decode rows, then prefill rows, GQA 2/1.
 fn ck_paged_split_kv(driver: &'static Driver) {
     let mut rng = rng();
     take_launches();
     for dtype in DTYPES {
-        let r = ragged(&mut rng, &[(20, 200), (3, 130)], (2, 1, 128), dtype);
-        check(&format!("ck paged prefill {dtype:?} d128 page 128 causal"), driver, paged_call(&r, 128, &mut rng, true));
         let r = ragged(&mut rng, &[(1, 45), (1, 300), (1, 16)], (2, 1, 128), dtype);
         check(&format!("ck paged decode {dtype:?} d128 page 128 causal"), driver, paged_call(&r, 128, &mut rng, true));
+        let r = ragged(&mut rng, &[(20, 200), (3, 130)], (2, 1, 128), dtype);
+        check(&format!("ck paged prefill {dtype:?} d128 page 128 causal"), driver, paged_call(&r, 128, &mut rng, true));
     }
     launched_must_include("ck_paged_split_kv", &["ck_splitkv"]);
 }

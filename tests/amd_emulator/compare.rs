@@ -1,7 +1,10 @@
 //! Emulator against CPU backend: the same call on the same CPU tensors, once on each.
 use candle::{DType, Result, Tensor};
 use flash_attn_rocm::gpu::Driver;
+use flash_attn_rocm as fa;
 use flash_attn_rocm::triton::offload::run_on_gpu;
+
+use crate::launches::new_launches;
 
 use crate::common::values;
 
@@ -28,13 +31,33 @@ fn worst(a: &[f64], b: &[f64]) -> (f64, usize) {
 }
 
 /// Runs `f` on the CPU backend and on the emulated GPU of `driver`; panics naming the worst
-/// element when they differ beyond the tolerance. Prints one `emu-diff` line per call.
+/// element when they differ beyond the tolerance, or when the kernels the stand-in launched are
+/// not the ones `explain` names for the call. Prints one `emu-diff` line per call.
 pub fn check(what: &str, driver: &'static Driver, f: impl Fn() -> Outcome) {
     let (cpu_out, cpu_lse) = f().unwrap_or_else(|e| panic!("{what}: cpu: {e}"));
+    let dispatch = run_on_gpu(driver, || fa::explain(&f)).unwrap_or_else(|e| panic!("{what}: explain: {e}"));
+    new_launches();
     let started = std::time::Instant::now();
     let (emu_out, emu_lse) = run_on_gpu(driver, &f).unwrap_or_else(|e| panic!("{what}: emulator: {e}"));
     let seconds = started.elapsed().as_secs_f64();
+    explained(what, &dispatch, &new_launches());
     agree(&format!("{what} ({seconds:.1} s)"), (&emu_out, emu_lse.as_ref()), (&cpu_out, cpu_lse.as_ref()));
+}
+
+/// Panics unless the launches are the kernels `dispatch` names: its variant (CK: `ck_fwd` for
+/// `fmha_fwd_*`, `ck_splitkv` for `fmha_fwd_splitkv_*`) and its merge (Triton) or combine (CK)
+/// when it splits the keys.
+fn explained(what: &str, dispatch: &fa::Dispatch, launched: &[&str]) {
+    let mut named = vec![];
+    match dispatch.backend {
+        fa::Backend::Ck if dispatch.variant.starts_with("fmha_fwd_splitkv") => named.push("ck_splitkv"),
+        fa::Backend::Ck => named.push("ck_fwd"),
+        _ => named.push(dispatch.variant.as_str()),
+    }
+    named.extend(dispatch.merge.as_deref());
+    for name in named {
+        assert!(launched.contains(&name), "{what}: explain names {name} ({dispatch}), the stand-in launched {launched:?}");
+    }
 }
 
 /// The variants of the last `launched_must_include` (for assertions on what did not run).

@@ -15,21 +15,29 @@ pub fn start_log() {
     std::env::set_var(LOG_VAR, &path);
 }
 
-/// How far the log has been read.
-static READ: Mutex<u64> = Mutex::new(0);
+/// How far the log has been read, and what was read since the last [`take_launches`].
+static LOG: Mutex<(u64, Vec<&'static str>)> = Mutex::new((0, Vec::new()));
 
-/// The launches logged since the last call, in order: the variant (`fwd_decode_fp16_d64_flat_b32`)
-/// of an embedded Triton image, else what a CK kernel's name says it is (`ck_fwd`, ...), else
-/// the kernel's name.
-pub fn take_launches() -> Vec<&'static str> {
+/// The launches logged since the last [`new_launches`] or [`take_launches`], in order: the
+/// variant (`fwd_decode_fp16_d64_flat_b32`) of an embedded Triton image, else what a CK kernel's
+/// name says it is (`ck_fwd`, ...), else the kernel's name.
+pub fn new_launches() -> Vec<&'static str> {
     let Some(path) = std::env::var_os(LOG_VAR).map(PathBuf::from) else { return Vec::new() };
-    let mut read = READ.lock().unwrap_or_else(|e| e.into_inner());
+    let mut log = LOG.lock().unwrap_or_else(|e| e.into_inner());
     let mut text = String::new();
     if let Ok(mut file) = std::fs::File::open(&path) {
-        file.seek(SeekFrom::Start(*read)).expect("seek in the launch log");
-        *read += file.read_to_string(&mut text).expect("read the launch log") as u64;
+        file.seek(SeekFrom::Start(log.0)).expect("seek in the launch log");
+        log.0 += file.read_to_string(&mut text).expect("read the launch log") as u64;
     }
-    text.lines().map(variant_of).collect()
+    let new: Vec<&'static str> = text.lines().map(variant_of).collect();
+    log.1.extend(&new);
+    new
+}
+
+/// Every launch since the last call (a class's record), in order.
+pub fn take_launches() -> Vec<&'static str> {
+    new_launches();
+    std::mem::take(&mut LOG.lock().unwrap_or_else(|e| e.into_inner()).1)
 }
 
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {

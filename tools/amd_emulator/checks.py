@@ -105,6 +105,44 @@ def cdna_buffer_load_dword_lds_reads_only_active_in_range_lanes():
 
 
 @check
+def cdna_buffer_load_ushort_sshort_read_two_bytes():
+    """MI300 ISA BUFFER_LOAD_USHORT / _SSHORT: `VDATA.u32 = 32'U(MEM[ADDR].u16)` (i16: sign-
+    extended): lane l reads the 2 bytes at byte 4 * l + 2 of the inputs' row of v3, over a raw
+    V# of 256 bytes; lanes 60-63 read at offset 255, past num_records, and get 0."""
+    ins = programs.isa("cdna")
+    lane = np.arange(64, dtype=np.uint32)
+    data = (0x8000 + 0x111 * lane) << 16 | 0x1234
+    offsets = np.where(lane < 60, 4 * lane + 2, 255).astype(np.uint32)
+    hi = data >> 16
+    unsigned = np.where(lane < 60, hi, 0).astype(np.uint32)
+    signed = np.where(lane < 60, (hi.astype(np.int64) - 0x10000) & 0xFFFFFFFF, 0).astype(np.uint32)
+    load = lambda op, dst: ins.MUBUF(op, vdata=ins.v[dst], vaddr=ins.v[2], srsrc=ins.s[8:11], soffset=0x80, offen=1)
+    body = [ins.s_add_u32(ins.s[8], ins.s[0], 64 * 4), ins.s_addc_u32(ins.s[9], ins.s[1], 0),
+            ins.s_and_b32(ins.s[9], ins.s[9], 0xFFFF), ins.s_mov_b32(ins.s[10], 256), ins.s_mov_b32(ins.s[11], 0x00020000),
+            load(ins.MUBUFOp.BUFFER_LOAD_USHORT, 6), load(ins.MUBUFOp.BUFFER_LOAD_SSHORT, 7), ins.s_waitcnt(simm16=0)]
+    return dict(arch="cdna", body=body, inputs={2: offsets, 3: data}, outputs=[6, 7], expected=np.stack([unsigned, signed]),
+                names=["BUFFER_LOAD_USHORT", "BUFFER_LOAD_SSHORT"])
+
+
+@check
+def cdna_flat_load_store_ignore_saddr():
+    """MI300 ISA FLAT_LOAD_DWORD / FLAT_STORE_DWORD (SEG = 0) with SADDR = 0, as LLVM encodes
+    them: the address is the VGPR pair v[6:7] (lane l: word l of the inputs' first row, v3's),
+    SADDR plays no part. Lane l loads word l of v3's row into v8, then stores v4 there; v9 reloads it."""
+    ins = programs.isa("cdna")
+    lane = np.arange(64, dtype=np.uint32)
+    data, stored = 0x0DD00000 + lane, 0x5E000000 + lane
+    flat = lambda op, **kw: ins.FLAT(op, addr=ins.v[6], saddr=ins.s[0], offset=0, **kw)
+    body = [ins.v_mov_b32_e32(ins.v[7], ins.s[1]), ins.v_add_co_u32_e32(ins.v[6], ins.s[0], ins.v[1]),
+            ins.v_addc_co_u32_e32(ins.v[7], 0, ins.v[7]),
+            flat(ins.FLATOp.FLAT_LOAD_DWORD, vdst=ins.v[8]), ins.s_waitcnt(simm16=0),
+            flat(ins.FLATOp.FLAT_STORE_DWORD, data=ins.v[4]), ins.s_waitcnt(simm16=0),
+            flat(ins.FLATOp.FLAT_LOAD_DWORD, vdst=ins.v[9]), ins.s_waitcnt(simm16=0)]
+    return dict(arch="cdna", body=body, inputs={3: data, 4: stored}, outputs=[8, 9], expected=np.stack([data, stored]),
+                names=["FLAT_LOAD_DWORD", "FLAT_STORE_DWORD"], may_fault=True)
+
+
+@check
 def cdna_s_getpc_b64_is_the_next_instruction():
     """MI300 ISA S_GETPC_B64: `D0.i64 = PC + 4`: 4 bytes before the address it returns lies the
     s_getpc_b64 itself, whose encoding v6 reads back from there."""

@@ -163,7 +163,8 @@ def launch(fid, gx, gy, gz, bx, by, bz, dynamic_lds, params):
     handlers.forget_private_memory()
     if os.environ.get("FLASH_ATTN_ROCM_EMULATOR_LAST_PC"):
         print(f"emu-debug {kernel.name} {module.code.target}: code {module.base:#x}..{module.base + module.code.image_size():#x}, "
-              f"entry {entry:#x}", file=sys.stderr, flush=True)
+              f"entry {entry:#x}, kernargs {bytes(kernargs.raw[:128]).hex()}, args {kernel.metadata.get('.args')}",
+              file=sys.stderr, flush=True)
     start = time.time()
     with corrections.active(module.arch):
         run_asm(entry, module.base + module.code.image_size() - entry, gx, gy, gz, bx, by, bz,

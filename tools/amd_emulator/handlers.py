@@ -411,6 +411,35 @@ def cdna_buffer_store_narrow(wave, word, size):
 CDNA_BUFFER_STORE_SHORT = 26  # MI300 MUBUF opcode (BUFFER_STORE_BYTE: 24)
 
 
+@handler("cdna", "BUFFER_LOAD_UBYTE", "BUFFER_LOAD_SBYTE", "BUFFER_LOAD_USHORT", "BUFFER_LOAD_SSHORT")
+def cdna_buffer_load_narrow(wave, word, size):
+    """MI300 ISA BUFFER_LOAD_UBYTE / _SBYTE / _USHORT / _SSHORT (MUBUF, fields as for the store
+    above): `VDATA.u32 = 32'U(MEM[ADDR].u8)` (i8 / u16 / i16 sign- or zero-extended); the
+    emulator loads a whole dword. A lane whose bytes reach num_records (raw V#) loads 0."""
+    op, vdata, vaddr, rsrc = bits(word, 24, 18), bits(word, 47, 40), bits(word, 39, 32), 4 * bits(word, 52, 48)
+    offen, idxen, inst_offset, soffset = bits(word, 12, 12), bits(word, 13, 13), bits(word, 11, 0), bits(word, 63, 56)
+    width, signed = CDNA_NARROW_LOADS[op]
+    v = [int(x) for x in wave.sgpr[rsrc:rsrc + 4]]
+    base, stride, num_records = v[0] | (v[1] & 0xFFFF) << 32, (v[1] >> 16) & 0x3FFF, v[2]
+    soff = wave.scalar(soffset)
+    for lane in wave.active_lanes():
+        index = int(wave.vgpr[vaddr, lane]) if idxen else 0
+        offset = ((int(wave.vgpr[vaddr + idxen, lane]) if offen else 0) + inst_offset) & 0xFFFFFFFF
+        if stride == 0 and offset + width > num_records or stride and index >= num_records:
+            value = 0
+        else:
+            raw = ctypes.string_at(base + soff + offset + stride * index, width)
+            value = int.from_bytes(raw, "little", signed=signed) & 0xFFFFFFFF
+        wave.vgpr[vdata, lane] = value
+    wave.advance(size)
+
+
+# MI300 MUBUF opcodes of the narrow loads: (bytes, sign-extended).
+CDNA_NARROW_LOADS = {16: (1, False), 17: (1, True), 18: (2, False), 19: (2, True)}
+for _name in ("BUFFER_LOAD_UBYTE", "BUFFER_LOAD_SBYTE", "BUFFER_LOAD_USHORT", "BUFFER_LOAD_SSHORT"):
+    APPLIES[("cdna", _name)] = lambda word: bits(word, 16, 16) == 0  # into VGPRs, not LDS
+
+
 @handler("cdna", "BUFFER_LOAD_DWORD")
 def cdna_buffer_load_dword_to_lds(wave, word, size):
     """MI300 ISA MUBUF BUFFER_LOAD_DWORD with LDS = 1 (bit 16; fields as for the store above):
@@ -440,6 +469,34 @@ def cdna_buffer_load_dword_to_lds(wave, word, size):
 
 APPLIES[("cdna", "BUFFER_LOAD_DWORD")] = lambda word: bits(word, 16, 16) == 1
 CDNA_M0 = 124  # M0's SGPR index in the CDNA operand encoding
+
+
+def cdna_flat_ignores_saddr(wave, word, size, bufs, arch):
+    """MI300 ISA FLAT instructions (SEG = 0, bits 15:14; fields offset 11:0, addr 39:32, data
+    47:40, saddr 54:48, vdst 63:56): the address is the 64-bit VGPR pair plus the offset; SADDR
+    serves the GLOBAL and SCRATCH segments only. LLVM encodes FLAT with SADDR = 0, which the
+    emulator takes as s[0:1] + a 32-bit VGPR offset (the guard kernel's flat loads then read
+    the kernarg pointer plus garbage). Runs the emulator's own instruction with SADDR = 0x7F
+    (off), which is what the field means for FLAT."""
+    from test.mockgpu.amd import emu
+    patched = ((word & ~(0x7F << 48)) | (0x7F << 48)).to_bytes(size, "little") + bytes(8)
+    ctypes.memmove(_patched_code, patched, len(patched))
+    pc = int(wave.sgpr[PC_LO]) | int(wave.sgpr[PC_HI]) << 32
+    wave.sgpr[PC_LO], wave.sgpr[PC_HI] = ctypes.addressof(_patched_code) & 0xFFFFFFFF, ctypes.addressof(_patched_code) >> 32
+    prg, runtime = emu._get_runner(patched, arch)
+    runtime.fxn(*[bufs[g] for g in prg.arg.globals])
+    wave.sgpr[PC_LO], wave.sgpr[PC_HI] = pc & 0xFFFFFFFF, pc >> 32
+    wave.advance(size)
+
+
+CDNA_FLAT_NAMES = ["FLAT_LOAD_DWORD", "FLAT_LOAD_DWORDX2", "FLAT_LOAD_DWORDX3", "FLAT_LOAD_DWORDX4", "FLAT_LOAD_UBYTE",
+                   "FLAT_LOAD_USHORT", "FLAT_STORE_DWORD", "FLAT_STORE_DWORDX2", "FLAT_STORE_DWORDX3", "FLAT_STORE_DWORDX4",
+                   "FLAT_STORE_BYTE", "FLAT_STORE_SHORT", "FLAT_ATOMIC_OR", "FLAT_ATOMIC_ADD", "FLAT_ATOMIC_OR_X2"]
+for _name in CDNA_FLAT_NAMES:
+    HANDLERS[("cdna", _name)] = cdna_flat_ignores_saddr
+    # FLAT segment (bits 15:14 = 0) with a SADDR other than "off": GLOBAL shares the mnemonics' opcodes.
+    APPLIES[("cdna", _name)] = lambda word: bits(word, 15, 14) == 0 and bits(word, 54, 48) != 0x7F
+    NEEDS_BUFFERS.add(("cdna", _name))
 
 
 @handler("cdna", "S_GETPC_B64")

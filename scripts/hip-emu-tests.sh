@@ -78,7 +78,7 @@ for trial in $("$bin" --list 2>/dev/null | sed -n 's/: test$//p'); do
   rc=$?
   secs=$(( $(date +%s) - t0 ))
   if grep -q "1 passed" "$log"; then result="ran, matched"
-  elif grep -q "1 ignored" "$log"; then result="skipped: $(grep -m1 "^$trial: skipped:\|^$arch: skipped:" "$log" | sed 's/.*skipped: //')"
+  elif grep -q "1 ignored" "$log"; then result="skipped: $(grep -o -m1 "$trial: skipped: .*\|^$arch: skipped: .*" "$log" | head -1 | sed 's/.*skipped: //')"
   elif [ $rc -gt 128 ]; then result="crashed (signal $((rc - 128))); last call that matched: $(grep -o 'emu-diff.*' "$log" | tail -1 | sed 's/.*lse [^ ]* //')"
   else result="failed: $(grep -m1 -A1 'panicked at' "$log" | tail -1 | cut -c1-180)"
   fi

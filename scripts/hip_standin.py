@@ -7,7 +7,8 @@ exports against what binaries import.
 
 What a binary imports from HIP, derived from the binary itself:
 - the undefined dynamic symbols it links against `libamdhip64` (hipcc's code: CK, the guard
-  kernel, the shim; Candle's ROCm device), with the symbol version each one requires;
+  kernel, the shim; Candle's ROCm device), with the symbol version each one requires, and those
+  of every shared library it loads that needs `libamdhip64` (rocBLAS, rocRAND, ...);
 - the names it resolves at run time with `dlsym` (the crate's HIP driver, src/gpu/hip.rs): every
   string in the binary that begins with one of HIP's exported names.
 
@@ -82,8 +83,33 @@ class HipLibrary:
         return best
 
 
+def hip_dependents(binary):
+    """`binary` and every shared library it loads (ldd) that itself needs libamdhip64 (rocBLAS,
+    rocRAND, ... under Candle's ROCm device): each of them imports from HIP."""
+    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
+    found = [Path(binary)]
+    for line in out.splitlines():
+        match = re.search(r"=> (/\S+)", line)
+        if not match or "libamdhip64" in match.group(1):
+            continue
+        needed = readelf("-d", match.group(1))
+        if "libamdhip64" in needed:
+            found.append(Path(match.group(1)))
+    return found
+
+
 def imports(binary, hip):
-    """{name: version or None}: what `binary` takes from HIP (see the module docstring)."""
+    """{name: version or None}: what `binary` and the libraries it loads take from HIP (see the
+    module docstring)."""
+    found = {}
+    for path in hip_dependents(binary):
+        for name, version in own_imports(path, hip).items():
+            found.setdefault(name, version)
+    return found
+
+
+def own_imports(binary, hip):
+    """{name: version or None}: what `binary` itself takes from HIP."""
     found = {}
     for name, version, defined in dynamic_symbols(binary):
         if not defined and (name in hip.versions or (version or "").startswith("hip_")):

@@ -8,6 +8,8 @@ use crate::errors::{code, fail, ok};
 
 /// The variable that lists the devices, by arch, in ordinal order.
 pub const DEVICES_VAR: &str = "HIP_STANDIN_DEVICES";
+/// Overrides every device's compute units (a smaller part of the same arch: fewer key splits).
+pub const COMPUTE_UNITS_VAR: &str = "HIP_STANDIN_COMPUTE_UNITS";
 const DEFAULT_DEVICES: &str = "gfx942";
 
 /// One AMD part, as its datasheet and clr describe it.
@@ -98,9 +100,17 @@ impl Device {
 
     fn new(part: &Part, ordinal: usize) -> Device {
         let (gfx_major, gfx_minor) = gfx_version(part.arch);
+        let compute_units = match std::env::var(COMPUTE_UNITS_VAR).map(|v| v.parse::<i32>()) {
+            Ok(Ok(units)) if units > 0 => units,
+            Ok(_) => {
+                eprintln!("hip-standin: {COMPUTE_UNITS_VAR} must be a positive count");
+                std::process::abort()
+            }
+            Err(_) => part.compute_units,
+        };
         // clr halves both CU counts it reports on RDNA, where it runs in WGP mode by default
         // (two CUs per work-group processor).
-        let reported = if gfx_major >= 10 { part.compute_units / 2 } else { part.compute_units };
+        let reported = if gfx_major >= 10 { (compute_units / 2).max(1) } else { compute_units };
         let lds = part.lds_per_cu_kib * 1024;
         Device {
             arch: part.arch,
@@ -109,7 +119,7 @@ impl Device {
                 gcn_arch_name: leak(part.gcn_arch_name),
                 gfx_major,
                 gfx_minor,
-                compute_units: part.compute_units,
+                compute_units,
                 reported_multiprocessors: reported,
                 wave_size: part.wave_size,
                 lds_per_block: lds,

@@ -4,8 +4,9 @@
 //!
 //! - Device memory is host memory: a device address is a host address of this process.
 //! - Devices are emulated parts, chosen by `HIP_STANDIN_DEVICES` (e.g. `gfx942,gfx1100`;
-//!   default `gfx942`), with their real compute units, LDS, wave size and limits
-//!   ([`devices`]); HIP's structs and enums are written by `csrc/abi.c` through AMD's header.
+//!   default `gfx942`), with their real compute units (`HIP_STANDIN_COMPUTE_UNITS` overrides
+//!   them), LDS, wave size and limits ([`devices`]); HIP's structs and enums are written by
+//!   `csrc/abi.c` through AMD's header.
 //! - Streams and events exist; everything runs in call order, to completion, on the calling
 //!   thread (so every asynchronous call is synchronous).
 //! - Errors follow ROCm 7's per-thread rules ([`errors`]).

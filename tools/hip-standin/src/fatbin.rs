@@ -53,6 +53,7 @@ unsafe fn bundle_entries(bundle: *const u8) -> Result<Vec<(String, usize)>, Stri
     // SAFETY (every read below): the bundle is the program's data, read within its own header's
     // sizes; unaligned reads are used throughout.
     let read_u64 = |at: usize| unsafe { std::ptr::read_unaligned(bundle.add(at).cast::<u64>()) } as usize;
+    // SAFETY: a bundle starts with its 24-byte magic (the caller's contract).
     let magic = unsafe { std::slice::from_raw_parts(bundle, 24) };
     if &magic[..4] == COMPRESSED_MAGIC {
         return Err("a compressed offload bundle (CCOB): the stand-in reads uncompressed bundles only".to_owned());
@@ -65,6 +66,7 @@ unsafe fn bundle_entries(bundle: *const u8) -> Result<Vec<(String, usize)>, Stri
     let mut entries = Vec::with_capacity(count);
     for _ in 0..count {
         let (offset, size, id_len) = (read_u64(at), read_u64(at + 8), read_u64(at + 16));
+        // SAFETY: the entry's id lies in the bundle's header, `id_len` bytes after its three words.
         let id = unsafe { std::slice::from_raw_parts(bundle.add(at + 24), id_len) };
         at += 24 + id_len;
         if size > 0 {

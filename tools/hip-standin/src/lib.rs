@@ -49,7 +49,7 @@ pub struct Dim3 {
 
 /// Called by the stub of every imported function that the stand-in does not implement.
 #[no_mangle]
-pub extern "C" fn hip_standin_unimplemented(name: *const std::ffi::c_char) -> ! {
+pub unsafe extern "C" fn hip_standin_unimplemented(name: *const std::ffi::c_char) -> ! {
     // SAFETY: the stubs pass a NUL-terminated string literal.
     let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy();
     eprintln!("hip-standin: {name} is imported but not implemented by the stand-in");

@@ -165,6 +165,15 @@ def launch(fid, gx, gy, gz, bx, by, bz, dynamic_lds, params):
         print(f"emu-debug {kernel.name} {module.code.target}: code {module.base:#x}..{module.base + module.code.image_size():#x}, "
               f"entry {entry:#x}, kernargs {bytes(kernargs.raw[:128]).hex()}, args {kernel.metadata.get('.args')}",
               file=sys.stderr, flush=True)
+    # FLASH_ATTN_ROCM_EMULATOR_DUMP=<kernel substring>:<kernarg offset>:<count>: before such a
+    # kernel runs, print `count` f32 at the pointer its kernargs hold at that offset (a buffer an
+    # earlier kernel wrote). For diagnosis.
+    dump = os.environ.get("FLASH_ATTN_ROCM_EMULATOR_DUMP")
+    if dump and dump.split(":")[0] in kernel.name:
+        _, at, count = dump.split(":")
+        pointer = _read_u64(ctypes.addressof(kernargs) + int(at))
+        values = (ctypes.c_float * int(count)).from_address(pointer)
+        print(f"emu-dump {kernel.name[:60]} kernarg {at} -> {pointer:#x}: {list(values)}", file=sys.stderr, flush=True)
     start = time.time()
     with corrections.active(module.arch):
         run_asm(entry, module.base + module.code.image_size() - entry, gx, gy, gz, bx, by, bz,

@@ -15,6 +15,8 @@
 # A CK arch (gfx90a, gfx942, gfx950) needs hipcc: then everything runs in the ROCm chroot
 # (scripts/rocm-chroot.sh), which gets the emulator's needs (numpy, clang, a shared libpython);
 # the tinygrad checkout is bind-mounted there. Logs: $OUT (default target/hip-emu), one per trial.
+# FLASH_ATTN_ROCM_EMULATOR_WAVES=lockstep runs the waves of a work-group in lockstep instead of
+# each to its next barrier (tools/amd_emulator/scheduler.py).
 set -u
 : "${FLASH_ATTN_ROCM_TINYGRAD:?set FLASH_ATTN_ROCM_TINYGRAD to a tinygrad checkout}"
 archs=${1:-gfx942,gfx1100,gfx1201}
@@ -32,6 +34,7 @@ if [ -n "$needs_ck" ] && [ -z "${HIP_EMU_INSIDE_CHROOT:-}" ]; then
     env HIP_EMU_INSIDE_CHROOT=1 FLASH_ATTN_ROCM_TINYGRAD="$FLASH_ATTN_ROCM_TINYGRAD" OUT="${OUT:-}" \
     FLASH_ATTN_ROCM_TRITON_DIMS="${FLASH_ATTN_ROCM_TRITON_DIMS:-}" FLASH_ATTN_ROCM_DTYPES="${FLASH_ATTN_ROCM_DTYPES:-}" \
     FLASH_ATTN_ROCM_HDIMS="${FLASH_ATTN_ROCM_HDIMS:-}" FLASH_ATTN_ROCM_FILTER="${FLASH_ATTN_ROCM_FILTER:-}" \
+    FLASH_ATTN_ROCM_EMULATOR_WAVES="${FLASH_ATTN_ROCM_EMULATOR_WAVES:-sequential}" \
     scripts/hip-emu-tests.sh "$archs" "$filter"
 fi
 

@@ -175,10 +175,18 @@ def launch(fid, gx, gy, gz, bx, by, bz, dynamic_lds, params):
         values = (ctypes.c_float * int(count)).from_address(pointer)
         print(f"emu-dump {kernel.name[:60]} kernarg {at} -> {pointer:#x}: {list(values)}", file=sys.stderr, flush=True)
     start = time.time()
+    waves = os.environ.get("FLASH_ATTN_ROCM_EMULATOR_WAVES", "sequential")
+    user = user_sgprs(kernel, ctypes.addressof(kernargs), ctypes.addressof(packet))
     with corrections.active(module.arch):
-        run_asm(entry, module.base + module.code.image_size() - entry, gx, gy, gz, bx, by, bz,
-                ctypes.addressof(kernargs), rsrc2, kd.private_segment_fixed_size, module.arch,
-                user_sgprs(kernel, ctypes.addressof(kernargs), ctypes.addressof(packet)))
+        if waves == "lockstep":
+            import scheduler
+            scheduler.run_lockstep(entry, gx, gy, gz, bx, by, bz, ctypes.addressof(kernargs), rsrc2,
+                                   kd.private_segment_fixed_size, module.arch, user)
+        elif waves == "sequential":
+            run_asm(entry, module.base + module.code.image_size() - entry, gx, gy, gz, bx, by, bz,
+                    ctypes.addressof(kernargs), rsrc2, kd.private_segment_fixed_size, module.arch, user)
+        else:
+            raise ValueError(f"FLASH_ATTN_ROCM_EMULATOR_WAVES={waves}: sequential (the default) or lockstep")
     trace.append(f"{kernel.name} {module.code.target} grid {grid} block {block} lds {dynamic_lds}: "
                  f"{time.time() - start:.2f} s")
 

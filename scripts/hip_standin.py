@@ -146,6 +146,9 @@ def link(out, hip, wanted):
     unknown = sorted(n for n in defined if n not in hip.versions)
     if unknown:
         sys.exit(f"hip_standin: the stand-in defines names HIP does not export: {unknown}")
+    foreign = sorted(f"{n}@{v}" for n, v in wanted.items() if n not in hip.versions)
+    if foreign:
+        sys.exit(f"hip_standin: the binaries import names {hip.path} does not export: {foreign}")
     exports = defined | set(wanted)
     stubs = sorted(n for n in wanted if n not in defined)
     by_node = {}
@@ -180,7 +183,7 @@ def check(out, hip, binaries):
     missing = []
     for binary in binaries:
         for name, version in sorted(imports(binary, hip).items()):
-            if name not in exported:
+            if name not in exported or name not in hip.versions:
                 missing.append(f"{Path(binary).name}: {name} is not exported")
             elif exported[name] != hip.versions[name] or (version and version != exported[name]):
                 missing.append(f"{Path(binary).name}: {name}@{exported[name]}, HIP has it at "

@@ -28,6 +28,19 @@ def halves_to_words(lo, hi):
     return (np.asarray(lo, np.uint32) & 0xFFFF) | (np.asarray(hi, np.uint32) << 16)
 
 
+def mfma_operands(a, b, m):
+    """The two VGPRs of A and of B for a dense f16 MFMA with M = N = `m` (MI300 ISA): lane
+    i + m * g holds A[i][4g..4g+3] and B[4g..4g+3][i], two f16 per VGPR, low half first."""
+    bits = lambda x: np.asarray(x, np.float16).view(np.uint16).astype(np.uint32)
+    a_regs, b_regs = np.zeros((2, 64), np.uint32), np.zeros((2, 64), np.uint32)
+    for lane in range(64):
+        ks = range(4 * (lane // m), 4 * (lane // m) + 4)
+        av, bv = [a[lane % m, k] for k in ks], [b[k, lane % m] for k in ks]
+        a_regs[:, lane] = halves_to_words(bits(av[0::2]), bits(av[1::2]))
+        b_regs[:, lane] = halves_to_words(bits(bv[0::2]), bits(bv[1::2]))
+    return a_regs, b_regs
+
+
 @check
 def mfma_f32_32x32x8_f16():
     """MI300 ISA, dense MFMA 32x32x8: A[i][k] is element k % 4 of lane i + 32 * (k // 4), B[k][j]
@@ -37,14 +50,7 @@ def mfma_f32_32x32x8_f16():
     rng = np.random.default_rng(1)
     a = rng.integers(-4, 5, (32, 8)).astype(np.float16)   # small integers: exact in f16 and f32
     b = rng.integers(-4, 5, (8, 32)).astype(np.float16)
-    a_regs = np.zeros((2, 64), np.uint32)
-    b_regs = np.zeros((2, 64), np.uint32)
-    bits = lambda x: np.asarray(x, np.float16).view(np.uint16).astype(np.uint32)
-    for lane in range(64):
-        ks = range(4 * (lane // 32), 4 * (lane // 32) + 4)
-        av, bv = [a[lane % 32, k] for k in ks], [b[k, lane % 32] for k in ks]
-        a_regs[:, lane] = halves_to_words(bits(av[0::2]), bits(av[1::2]))
-        b_regs[:, lane] = halves_to_words(bits(bv[0::2]), bits(bv[1::2]))
+    a_regs, b_regs = mfma_operands(a, b, 32)
     d = a.astype(np.float32) @ b.astype(np.float32)
     expected = np.zeros((16, 64), np.float32)
     for lane in range(64):
@@ -65,13 +71,7 @@ def mfma_f32_16x16x16_f16():
     rng = np.random.default_rng(2)
     a = rng.integers(-4, 5, (16, 16)).astype(np.float16)
     b = rng.integers(-4, 5, (16, 16)).astype(np.float16)
-    bits = lambda x: np.asarray(x, np.float16).view(np.uint16).astype(np.uint32)
-    a_regs, b_regs = np.zeros((2, 64), np.uint32), np.zeros((2, 64), np.uint32)
-    for lane in range(64):
-        ks = range(4 * (lane // 16), 4 * (lane // 16) + 4)
-        av, bv = [a[lane % 16, k] for k in ks], [b[k, lane % 16] for k in ks]
-        a_regs[:, lane] = halves_to_words(bits(av[0::2]), bits(av[1::2]))
-        b_regs[:, lane] = halves_to_words(bits(bv[0::2]), bits(bv[1::2]))
+    a_regs, b_regs = mfma_operands(a, b, 16)
     d = a.astype(np.float32) @ b.astype(np.float32)
     expected = np.array([[d[r + 4 * (lane // 16), lane % 16] for lane in range(64)] for r in range(4)], np.float32)
     body = [ins.v_mfma_f32_16x16x16_f16(ins.v[20:23], ins.v[2:3], ins.v[4:5], 0)]

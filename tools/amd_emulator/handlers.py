@@ -386,25 +386,32 @@ for _name in DPP_OPS:
         HANDLERS[(_arch, _name + "@DPP")] = dpp_op(_name)
 
 
-@handler("cdna", "BUFFER_STORE_SHORT", "BUFFER_STORE_BYTE")
-def cdna_buffer_store_narrow(wave, word, size):
-    """MI300 ISA BUFFER_STORE_SHORT / _BYTE (MUBUF: offset 11:0, offen 12, idxen 13, op 24:18,
-    vaddr 39:32, vdata 47:40, srsrc 52:48, soffset 63:56): `MEM[ADDR].b16 = VDATA[15:0]` (b8:
-    [7:0]): only 2 (1) bytes; the emulator writes a whole dword. Raw V# (stride 0): dropped when
-    any byte lies at or past num_records of the buffer offset."""
-    op, vdata, vaddr, rsrc = bits(word, 24, 18), bits(word, 47, 40), bits(word, 39, 32), 4 * bits(word, 52, 48)
+def cdna_mubuf_lanes(wave, word, width):
+    """(lane, host address or None) for each lane in EXEC of a CDNA MUBUF access of `width` bytes
+    (MI300 ISA MUBUF: offset 11:0, offen 12, idxen 13, op 24:18, vaddr 39:32, vdata 47:40, srsrc
+    52:48, soffset 63:56): None where the access lies out of range, i.e. any byte at or past
+    num_records of the buffer offset (raw V#, stride 0), or an index at or past it (stride > 0)."""
+    vaddr, rsrc = bits(word, 39, 32), 4 * bits(word, 52, 48)
     offen, idxen, inst_offset, soffset = bits(word, 12, 12), bits(word, 13, 13), bits(word, 11, 0), bits(word, 63, 56)
-    width = 2 if op == CDNA_BUFFER_STORE_SHORT else 1
     v = [int(x) for x in wave.sgpr[rsrc:rsrc + 4]]
     base, stride, num_records = v[0] | (v[1] & 0xFFFF) << 32, (v[1] >> 16) & 0x3FFF, v[2]
     soff = wave.scalar(soffset)
     for lane in wave.active_lanes():
         index = int(wave.vgpr[vaddr, lane]) if idxen else 0
         offset = ((int(wave.vgpr[vaddr + idxen, lane]) if offen else 0) + inst_offset) & 0xFFFFFFFF
-        if stride == 0 and offset + width > num_records or stride and index >= num_records:
-            continue
-        value = int(wave.vgpr[vdata, lane]).to_bytes(4, "little")[:width]
-        ctypes.memmove(base + soff + offset + stride * index, value, width)
+        out_of_range = stride == 0 and offset + width > num_records or stride and index >= num_records
+        yield lane, None if out_of_range else base + soff + offset + stride * index
+
+
+@handler("cdna", "BUFFER_STORE_SHORT", "BUFFER_STORE_BYTE")
+def cdna_buffer_store_narrow(wave, word, size):
+    """MI300 ISA BUFFER_STORE_SHORT / _BYTE: `MEM[ADDR].b16 = VDATA[15:0]` (b8: [7:0]): only 2
+    (1) bytes; the emulator writes a whole dword. Out-of-range lanes store nothing."""
+    width = 2 if bits(word, 24, 18) == CDNA_BUFFER_STORE_SHORT else 1
+    vdata = bits(word, 47, 40)
+    for lane, address in cdna_mubuf_lanes(wave, word, width):
+        if address is not None:
+            ctypes.memmove(address, int(wave.vgpr[vdata, lane]).to_bytes(4, "little")[:width], width)
     wave.advance(size)
 
 
@@ -413,24 +420,14 @@ CDNA_BUFFER_STORE_SHORT = 26  # MI300 MUBUF opcode (BUFFER_STORE_BYTE: 24)
 
 @handler("cdna", "BUFFER_LOAD_UBYTE", "BUFFER_LOAD_SBYTE", "BUFFER_LOAD_USHORT", "BUFFER_LOAD_SSHORT")
 def cdna_buffer_load_narrow(wave, word, size):
-    """MI300 ISA BUFFER_LOAD_UBYTE / _SBYTE / _USHORT / _SSHORT (MUBUF, fields as for the store
-    above): `VDATA.u32 = 32'U(MEM[ADDR].u8)` (i8 / u16 / i16 sign- or zero-extended); the
-    emulator loads a whole dword. A lane whose bytes reach num_records (raw V#) loads 0."""
-    op, vdata, vaddr, rsrc = bits(word, 24, 18), bits(word, 47, 40), bits(word, 39, 32), 4 * bits(word, 52, 48)
-    offen, idxen, inst_offset, soffset = bits(word, 12, 12), bits(word, 13, 13), bits(word, 11, 0), bits(word, 63, 56)
-    width, signed = CDNA_NARROW_LOADS[op]
-    v = [int(x) for x in wave.sgpr[rsrc:rsrc + 4]]
-    base, stride, num_records = v[0] | (v[1] & 0xFFFF) << 32, (v[1] >> 16) & 0x3FFF, v[2]
-    soff = wave.scalar(soffset)
-    for lane in wave.active_lanes():
-        index = int(wave.vgpr[vaddr, lane]) if idxen else 0
-        offset = ((int(wave.vgpr[vaddr + idxen, lane]) if offen else 0) + inst_offset) & 0xFFFFFFFF
-        if stride == 0 and offset + width > num_records or stride and index >= num_records:
-            value = 0
-        else:
-            raw = ctypes.string_at(base + soff + offset + stride * index, width)
-            value = int.from_bytes(raw, "little", signed=signed) & 0xFFFFFFFF
-        wave.vgpr[vdata, lane] = value
+    """MI300 ISA BUFFER_LOAD_UBYTE / _SBYTE / _USHORT / _SSHORT: `VDATA.u32 = 32'U(MEM[ADDR].u8)`
+    (i8 / u16 / i16 sign- or zero-extended); the emulator loads a whole dword. Out-of-range
+    lanes load 0."""
+    width, signed = CDNA_NARROW_LOADS[bits(word, 24, 18)]
+    vdata = bits(word, 47, 40)
+    for lane, address in cdna_mubuf_lanes(wave, word, width):
+        raw = ctypes.string_at(address, width) if address is not None else bytes(width)
+        wave.vgpr[vdata, lane] = int.from_bytes(raw, "little", signed=signed) & 0xFFFFFFFF
     wave.advance(size)
 
 
@@ -442,24 +439,19 @@ for _name in ("BUFFER_LOAD_UBYTE", "BUFFER_LOAD_SBYTE", "BUFFER_LOAD_USHORT", "B
 
 @handler("cdna", "BUFFER_LOAD_DWORD")
 def cdna_buffer_load_dword_to_lds(wave, word, size):
-    """MI300 ISA MUBUF BUFFER_LOAD_DWORD with LDS = 1 (bit 16; fields as for the store above):
+    """MI300 ISA MUBUF BUFFER_LOAD_DWORD with LDS = 1 (bit 16; fields as in `cdna_mubuf_lanes`):
     the dword goes to LDS instead of VGPRs, at M0 (SGPR 124) + TID * 4 for each lane in EXEC; a
     lane whose buffer offset lies at or past num_records (raw V#) loads 0. Only lanes in EXEC
     that are in range read memory: the emulator reads every lane's address, and an out-of-range
     or inactive lane's substituted address 0 faults the process (CK's async K/V loads, which
     rely on the 0 for their padded tiles). The instruction offset must be 0 here (CK's loads):
     its part in the LDS address is not modelled."""
-    vaddr, rsrc = bits(word, 39, 32), 4 * bits(word, 52, 48)
-    offen, idxen, inst_offset, soffset = bits(word, 12, 12), bits(word, 13, 13), bits(word, 11, 0), bits(word, 63, 56)
+    inst_offset, idxen = bits(word, 11, 0), bits(word, 13, 13)
     if inst_offset or idxen:
         raise NotImplementedError(f"buffer_load_dword lds with offset {inst_offset}, idxen {idxen}: not modelled")
-    v = [int(x) for x in wave.sgpr[rsrc:rsrc + 4]]
-    base, num_records = v[0] | (v[1] & 0xFFFF) << 32, v[2]
     lds_base = int(wave.sgpr[CDNA_M0]) & 0x3FFFF
-    soff = wave.scalar(soffset)
-    for lane in wave.active_lanes():
-        offset = (int(wave.vgpr[vaddr, lane]) if offen else 0) & 0xFFFFFFFF
-        value = ctypes.c_uint32.from_address(base + soff + offset).value if offset + 4 <= num_records else 0
+    for lane, address in cdna_mubuf_lanes(wave, word, 4):
+        value = ctypes.c_uint32.from_address(address).value if address is not None else 0
         at = lds_base + 4 * lane
         if at + 4 > launch_facts["lds_bytes"]:
             raise IndexError(f"buffer_load_dword lds: LDS byte {at} past the work-group's {launch_facts['lds_bytes']}")

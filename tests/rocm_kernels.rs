@@ -66,10 +66,16 @@ fn unbuilt_head_dim_is_a_clear_error() {
         nhead_q: 1,
         nhead_k: 1,
         scale_s: 0.0625,
+        // Non-null, as the parameter check requires before the dispatcher is asked; never
+        // dereferenced (below).
+        q_ptr: 0x1000,
+        k_ptr: 0x2000,
+        v_ptr: 0x3000,
+        o_ptr: 0x4000,
         ..CkFwdParams::default()
     };
     // SAFETY: no kernel exists for hdim 256 in this build, so the dispatcher returns before
-    // launching anything and the null pointers are never dereferenced.
+    // launching anything and the placeholder addresses are never dereferenced.
     let err = unsafe { rocm::fmha_fwd(&params) }.unwrap_err().to_string();
     assert!(err.contains("FLASH_ATTN_ROCM_HDIMS"), "{err}");
     assert!(err.contains("hdim_q 256"), "{err}");

@@ -463,15 +463,13 @@ APPLIES[("cdna", "BUFFER_LOAD_DWORD")] = lambda word: bits(word, 16, 16) == 1
 CDNA_M0 = 124  # M0's SGPR index in the CDNA operand encoding
 
 
-def cdna_flat_ignores_saddr(wave, word, size, bufs, arch):
-    """MI300 ISA FLAT instructions (SEG = 0, bits 15:14; fields offset 11:0, addr 39:32, data
-    47:40, saddr 54:48, vdst 63:56): the address is the 64-bit VGPR pair plus the offset; SADDR
-    serves the GLOBAL and SCRATCH segments only. LLVM encodes FLAT with SADDR = 0, which the
-    emulator takes as s[0:1] + a 32-bit VGPR offset (the guard kernel's flat loads then read
-    the kernarg pointer plus garbage). Runs the emulator's own instruction with SADDR = 0x7F
-    (off), which is what the field means for FLAT."""
+def run_patched(wave, patched_word, size, bufs, arch):
+    """Runs the emulator's own compiled instruction for `patched_word` (the instruction at PC with
+    some fields changed), then continues after the original. The emulator's compiled
+    instructions read their fields from the code at PC, so the patched copy runs from a buffer
+    of its own."""
     from test.mockgpu.amd import emu
-    patched = ((word & ~(0x7F << 48)) | (0x7F << 48)).to_bytes(size, "little") + bytes(8)
+    patched = patched_word.to_bytes(size, "little") + bytes(8)
     ctypes.memmove(_patched_code, patched, len(patched))
     pc = int(wave.sgpr[PC_LO]) | int(wave.sgpr[PC_HI]) << 32
     wave.sgpr[PC_LO], wave.sgpr[PC_HI] = ctypes.addressof(_patched_code) & 0xFFFFFFFF, ctypes.addressof(_patched_code) >> 32
@@ -479,6 +477,16 @@ def cdna_flat_ignores_saddr(wave, word, size, bufs, arch):
     runtime.fxn(*[bufs[g] for g in prg.arg.globals])
     wave.sgpr[PC_LO], wave.sgpr[PC_HI] = pc & 0xFFFFFFFF, pc >> 32
     wave.advance(size)
+
+
+def cdna_flat_ignores_saddr(wave, word, size, bufs, arch):
+    """MI300 ISA FLAT instructions (SEG = 0, bits 15:14; fields offset 11:0, addr 39:32, data
+    47:40, saddr 54:48, vdst 63:56): the address is the 64-bit VGPR pair plus the offset; SADDR
+    serves the GLOBAL and SCRATCH segments only. LLVM encodes FLAT with SADDR = 0, which the
+    emulator takes as s[0:1] + a 32-bit VGPR offset (the guard kernel's flat loads then read
+    the kernarg pointer plus garbage). Runs the emulator's own instruction with SADDR = 0x7F
+    (off), which is what the field means for FLAT."""
+    run_patched(wave, (word & ~(0x7F << 48)) | (0x7F << 48), size, bufs, arch)
 
 
 CDNA_FLAT_NAMES = ["FLAT_LOAD_DWORD", "FLAT_LOAD_DWORDX2", "FLAT_LOAD_DWORDX3", "FLAT_LOAD_DWORDX4", "FLAT_LOAD_UBYTE",
@@ -529,21 +537,11 @@ _patched_code = ctypes.create_string_buffer(32)
 
 
 def wmma_inline_accumulator(wave, word, size, bufs, arch):
-    from test.mockgpu.amd import emu
     vdst, src2 = bits(word, 7, 0), bits(word, 58, 50)
     staged = slice(WMMA_C_REGS, WMMA_C_REGS + 8)
     saved = wave.vgpr[staged].copy()
     wave.vgpr[staged] = wave.scalar(src2)  # the inline constant's 32-bit value, in every element
-    patched = ((word & ~(0x1FF << 50)) | (256 + WMMA_C_REGS) << 50).to_bytes(size, "little") + bytes(8)
-    # The emulator's compiled instructions read their fields from the code at PC: run the
-    # patched copy from a buffer of its own, then continue after the original.
-    ctypes.memmove(_patched_code, patched, len(patched))
-    pc = int(wave.sgpr[PC_LO]) | int(wave.sgpr[PC_HI]) << 32
-    wave.sgpr[PC_LO], wave.sgpr[PC_HI] = ctypes.addressof(_patched_code) & 0xFFFFFFFF, ctypes.addressof(_patched_code) >> 32
-    prg, runtime = emu._get_runner(patched, arch)
-    runtime.fxn(*[bufs[g] for g in prg.arg.globals])
-    wave.sgpr[PC_LO], wave.sgpr[PC_HI] = pc & 0xFFFFFFFF, pc >> 32
-    wave.advance(size)
+    run_patched(wave, (word & ~(0x1FF << 50)) | (256 + WMMA_C_REGS) << 50, size, bufs, arch)
     written = set(range(vdst, vdst + 8))
     for k, reg in enumerate(range(WMMA_C_REGS, WMMA_C_REGS + 8)):
         if reg not in written:

@@ -497,7 +497,10 @@ def _walk_consume(sh, q_empty, blocks, Out, Lse, sm_scale, stride_lb, stride_lh,
                                     s_layout, o_layout, p_layout)
             _store_block(acc, m_i, l_i, qk_scale, q_h, Out, Lse, b, head, q_start, q_len, start, blocks.is_varlen,
                          blocks.seqlen_q, stride_lb, stride_lh, blocks.num_heads, s_layout, o_layout)
-            # Every warp has read the buffer back (`_store_block`): the loader may refill it.
+            # Every warp has read the buffer back (`_store_block`): the loader may refill it. Its
+            # refill is a TMA write (the async proxy) over our ordinary stores of O (the generic
+            # proxy): PTX orders the two only through a proxy fence, made before the release.
+            fence_async_shared()
             gl.thread_barrier()
             mbarrier.arrive(q_empty.index(buf), count=1)
             ring += n_tiles

@@ -10,6 +10,9 @@
 
 #[path = "gpu_faults/attribution.rs"]
 mod attribution;
+#[cfg(feature = "cuda-verify")]
+#[path = "gpu_faults/contexts.rs"]
+mod contexts;
 #[allow(dead_code, unused_imports)] // the offload checks of the main GPU suite are not used here
 #[path = "gpu_triton/check.rs"]
 mod check;
@@ -40,6 +43,13 @@ fn main() {
         ("bad_calls_are_reported_to_their_own_stream", attribution::bad_calls_are_reported_to_their_own_stream),
         #[cfg(feature = "candle-cuda")]
         ("a_long_bad_call_fails_at_most_one_later_call", attribution::a_long_bad_call_fails_at_most_one_later_call),
+        #[cfg(feature = "candle-cuda")]
+        ("a_bad_call_of_an_ended_thread_fails_no_other_thread", attribution::a_bad_call_of_an_ended_thread_fails_no_other_thread),
+        #[cfg(feature = "candle-cuda")]
+        ("a_callers_own_context_is_current_again_after_a_call", contexts::a_callers_own_context_is_current_again_after_a_call),
+        // Resets device 0: in a process of its own (runner.rs).
+        #[cfg(feature = "cuda-verify")]
+        ("isolated::a_call_after_a_device_reset_is_refused", contexts::a_call_after_a_device_reset_is_refused),
     ])
 }
 

@@ -212,7 +212,7 @@ fn queue<D: GpuDevice>(
     // Out-of-range values found in this thread's earlier calls on this stream fail this one,
     // once per bad call, without synchronizing; other threads' and streams' calls are not seen.
     let stream = device.stream();
-    crate::params::faults::faults_to_result(driver.take_stream_faults(device.ordinal(), stream))?;
+    crate::params::faults::faults_to_result(driver.take_stream_faults(device.ordinal(), stream)?)?;
     let prefill = !launched || rows_written < call.total_q;
     let mut out = device.alloc(call.dtype, call.total_q * call.num_heads * call.head_dim, prefill)?;
     let lse_len: usize = call.lse_dims().iter().product();

@@ -10,7 +10,7 @@ use super::library::{self, Candidates, DriverLibrary};
 use super::loader::{driver_functions, symbol};
 use super::{
     call, device_limits_from_attributes, GpuError, text_or_unknown, Api, Backend, DeviceLimits, GpuResult,
-    Handle, MappedHostMemory, SharedCalls,
+    Binding, Handle, SharedCalls,
 };
 use super::{TensorMap, TiledView};
 
@@ -33,10 +33,10 @@ const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
 const CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: i32 = 1;
 const CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED: i32 = 86;
 const CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: i32 = 97;
-/// `CU_MEMHOSTALLOC_PORTABLE`: the allocation belongs to every context.
-const CU_MEMHOSTALLOC_PORTABLE: u32 = 0x01;
-/// `CU_MEMHOSTALLOC_DEVICEMAP`: mapped into the devices' address space.
-const CU_MEMHOSTALLOC_DEVICEMAP: u32 = 0x02;
+/// `CU_MEMHOSTREGISTER_PORTABLE`: the registration belongs to every context.
+const CU_MEMHOSTREGISTER_PORTABLE: u32 = 0x01;
+/// `CU_MEMHOSTREGISTER_DEVICEMAP`: mapped into the devices' address space.
+const CU_MEMHOSTREGISTER_DEVICEMAP: u32 = 0x02;
 /// `CU_TENSOR_MAP_INTERLEAVE_NONE`.
 const INTERLEAVE_NONE: i32 = 0;
 /// `CU_TENSOR_MAP_SWIZZLE_128B`: the swizzle of the TMA kernel's shared layouts ([`TiledView`]).
@@ -63,6 +63,7 @@ driver_functions! {
         cuDeviceGetAttribute: fn(*mut i32, i32, i32) -> i32;
         cuDevicePrimaryCtxRetain: fn(*mut Handle, i32) -> i32;
         cuCtxSetCurrent: fn(Handle) -> i32;
+        cuCtxGetCurrent: fn(*mut Handle) -> i32;
         cuCtxGetDevice: fn(*mut i32) -> i32;
         cuCtxSynchronize: fn() -> i32;
         cuModuleLoadData: fn(*mut Handle, *const c_void) -> i32;
@@ -76,12 +77,15 @@ driver_functions! {
         cuMemcpyHtoD_v2: fn(DevicePtr, *const c_void, usize) -> i32;
         cuMemcpyDtoH_v2: fn(*mut c_void, DevicePtr, usize) -> i32;
         cuMemsetD32Async: fn(DevicePtr, u32, usize, Handle) -> i32;
-        cuMemHostAlloc: fn(*mut *mut c_void, usize, u32) -> i32;
+        cuMemHostRegister_v2: fn(*mut c_void, usize, u32) -> i32;
         cuMemHostGetDevicePointer_v2: fn(*mut DevicePtr, *mut c_void, u32) -> i32;
         cuGetErrorName: fn(i32, *mut *const c_char) -> i32;
         cuGetErrorString: fn(i32, *mut *const c_char) -> i32;
     }
 }
+
+/// `cuStreamGetId` (CUDA 12 drivers on): `CUstream`, `unsigned long long *`.
+type StreamIdFn = unsafe extern "C" fn(Handle, *mut u64) -> i32;
 
 /// `cuTensorMapEncodeTiled` (CUDA 12 drivers on): `CUtensorMap *`, `CUtensorMapDataType`, rank,
 /// global address, dims, strides (bytes, rank - 1 of them), box dims, element strides, and the
@@ -106,6 +110,8 @@ struct Cuda {
     /// Older drivers lack it: only the TMA kernels need it, so its absence is an `Err` at their
     /// launch rather than at opening the driver.
     encode_tiled: Option<EncodeTiledFn>,
+    /// Older drivers lack it too: streams are then known by their handles alone.
+    stream_get_id: Option<StreamIdFn>,
     shared: SharedCalls,
     /// `cuInit` answered `CUDA_ERROR_NO_DEVICE`: the driver works but sees no GPU.
     no_device: bool,
@@ -133,9 +139,12 @@ pub(super) fn open() -> GpuResult<Box<dyn Backend>> {
     };
     // SAFETY: EncodeTiledFn is cuTensorMapEncodeTiled's C signature from cuda.h.
     let encode_tiled = unsafe { symbol::<EncodeTiledFn>(library.library(), Api::Cuda, "cuTensorMapEncodeTiled") }.ok();
+    // SAFETY: StreamIdFn is cuStreamGetId's C signature from cuda.h.
+    let stream_get_id = unsafe { symbol::<StreamIdFn>(library.library(), Api::Cuda, "cuStreamGetId") }.ok();
     let cuda = Cuda {
         functions,
         encode_tiled,
+        stream_get_id,
         shared,
         no_device: status == CUDA_ERROR_NO_DEVICE,
         primary_contexts: Mutex::new(HashMap::new()),
@@ -166,6 +175,21 @@ impl Cuda {
             (self.functions.cuDeviceGet)(&mut device, ordinal)
         })?;
         Ok(device)
+    }
+
+    /// Device `ordinal`'s primary context, retained on first use (not made current) and never
+    /// released: the Driver lives as long as the process.
+    fn primary_context(&self, ordinal: i32) -> GpuResult<usize> {
+        let mut contexts = self.primary_contexts.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&context) = contexts.get(&ordinal) {
+            return Ok(context);
+        }
+        let device = self.device(ordinal)?;
+        let mut context = std::ptr::null_mut();
+        // SAFETY: `context` is a writable pointer; `device` came from cuDeviceGet.
+        let status = unsafe { (self.functions.cuDevicePrimaryCtxRetain)(&mut context, device) };
+        self.check("cuDevicePrimaryCtxRetain", status)?;
+        Ok(*contexts.entry(ordinal).or_insert(context as usize))
     }
 
     fn attribute(&self, attribute: i32, ordinal: i32) -> GpuResult<i32> {
@@ -207,25 +231,8 @@ impl Backend for Cuda {
     }
 
     fn set_device(&self, ordinal: i32) -> GpuResult<()> {
-        let context = {
-            let mut contexts = self
-                .primary_contexts
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            match contexts.get(&ordinal) {
-                Some(&context) => context,
-                None => {
-                    let device = self.device(ordinal)?;
-                    let mut context = std::ptr::null_mut();
-                    // SAFETY: `context` is a writable pointer; `device` came from cuDeviceGet.
-                    let status =
-                        unsafe { (self.functions.cuDevicePrimaryCtxRetain)(&mut context, device) };
-                    self.check("cuDevicePrimaryCtxRetain", status)?;
-                    *contexts.entry(ordinal).or_insert(context as usize)
-                }
-            }
-        };
-        // SAFETY: a primary context retained above and never released.
+        let context = self.primary_context(ordinal)?;
+        // SAFETY: a primary context retained by `primary_context` and never released.
         self.check("cuCtxSetCurrent", unsafe {
             (self.functions.cuCtxSetCurrent)(context as Handle)
         })
@@ -373,23 +380,61 @@ impl Backend for Cuda {
         self.check("cuMemcpyDtoH_v2", status)
     }
 
-    /// Needs a current context on this thread (`set_device`), which the allocation joins:
+    /// Needs a current context on this thread (`set_device`), which the registration joins:
     /// portable makes it every context's, and unified addressing gives it one device address.
-    fn alloc_mapped_host(&self, bytes: usize) -> GpuResult<MappedHostMemory> {
-        let flags = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP;
-        let mut host = std::ptr::null_mut();
-        // SAFETY: `host` is a writable pointer; the flags are valid together.
-        self.check("cuMemHostAlloc", unsafe {
-            (self.functions.cuMemHostAlloc)(&mut host, bytes, flags)
-        })?;
+    unsafe fn register_mapped_host(&self, host: *mut c_void, bytes: usize) -> GpuResult<usize> {
+        let flags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP;
+        // SAFETY: the caller guarantees that the range is this process's memory for good.
+        self.check("cuMemHostRegister_v2", unsafe { (self.functions.cuMemHostRegister_v2)(host, bytes, flags) })?;
+        self.mapped_device_addr(host)
+    }
+
+    fn mapped_device_addr(&self, host: *mut c_void) -> GpuResult<usize> {
         let mut device: DevicePtr = 0;
-        // SAFETY: `host` came from cuMemHostAlloc with DEVICEMAP; the flags argument must be 0.
+        // SAFETY: `device` is a writable CUdeviceptr; the driver looks `host` up among the
+        // registrations (an error for none) and never dereferences it; flags must be 0.
         let status = unsafe { (self.functions.cuMemHostGetDevicePointer_v2)(&mut device, host, 0) };
         self.check("cuMemHostGetDevicePointer_v2", status)?;
-        Ok(MappedHostMemory {
-            host,
-            device_addr: device as usize,
-        })
+        Ok(device as usize)
+    }
+
+    fn stream_id(&self, stream: usize) -> GpuResult<Option<u64>> {
+        let Some(get_id) = self.stream_get_id else {
+            return Ok(None);
+        };
+        let mut id = 0;
+        // SAFETY: `id` is a writable u64; the caller passes a live stream of the current context.
+        self.check("cuStreamGetId", unsafe { get_id(stream as Handle, &mut id) })?;
+        Ok(Some(id))
+    }
+
+    /// The current context, whoever made it: ours (a primary context) or the caller's own.
+    fn current_binding(&self) -> GpuResult<Binding> {
+        let mut context = std::ptr::null_mut();
+        // SAFETY: `context` is a writable pointer; nothing is created or bound.
+        self.check("cuCtxGetCurrent", unsafe { (self.functions.cuCtxGetCurrent)(&mut context) })?;
+        Ok(if context.is_null() { Binding::Nothing } else { Binding::Context(context as usize) })
+    }
+
+    /// Only device `ordinal`'s primary context is that device as this layer uses it: our
+    /// modules live there, not in a context the caller made on the same device.
+    fn binding_is_device(&self, binding: Binding, ordinal: i32) -> GpuResult<bool> {
+        match binding {
+            Binding::Context(context) => Ok(context == self.primary_context(ordinal)?),
+            Binding::Nothing | Binding::Device(_) => Ok(false),
+        }
+    }
+
+    fn restore_binding(&self, binding: Binding) -> GpuResult<()> {
+        let context = match binding {
+            Binding::Nothing => std::ptr::null_mut(),
+            Binding::Context(context) => context as Handle,
+            Binding::Device(ordinal) => self.primary_context(ordinal)? as Handle,
+        };
+        // SAFETY: a context that was current on this thread when `binding` was taken (the
+        // caller keeps its own contexts alive while it calls us), a retained primary context,
+        // or null, which unbinds.
+        self.check("cuCtxSetCurrent", unsafe { (self.functions.cuCtxSetCurrent)(context) })
     }
 }
 

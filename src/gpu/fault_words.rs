@@ -11,31 +11,73 @@
 //! to the pool only when `done` shows that its launch has finished, so no kernel writes into a
 //! word after it was handed to another call. A record with nothing in flight is dropped, and a
 //! thread that ends leaves its calls in flight to the pool, which reclaims their words once done.
+//! A stream is known by its handle and, where the driver has it, its identity
+//! ([`Backend::stream_id`]): a stream made where a destroyed one's handle was inherits nothing.
+//!
+//! The words are pages of this process's own memory, never freed, that the driver registers:
+//! a device reset (`hipDeviceReset`, `cuDevicePrimaryCtxReset`) undoes the registration but
+//! leaves the host's reads valid, and every call first checks that its words are still mapped
+//! where their kernels will write, refusing to run once they are not.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::{Backend, Driver, GpuError, GpuResult, MappedHostMemory};
+use super::{Backend, Driver, GpuError, GpuResult};
 
-/// Words per mapped allocation: one page of u32 words.
+/// Words per registered page.
 const WORDS_PER_ALLOCATION: usize = 1024;
+/// The bytes of one page of words, and their alignment (a host page).
+const PAGE_BYTES: usize = WORDS_PER_ALLOCATION * std::mem::size_of::<u32>();
+
+/// One registered page of words: where the host has it and where the driver mapped it.
+struct Page {
+    host: *mut u32,
+    device_addr: usize,
+}
+
+// SAFETY: the page is never freed; its words are only accessed atomically (see `words_of`).
+unsafe impl Sync for Page {}
+// SAFETY: as above.
+unsafe impl Send for Page {}
+
+impl Page {
+    /// `Ok` while the driver still maps the page where its words' kernels write: a device reset
+    /// undoes the registration, and a kernel would then write to an address of nothing.
+    fn check_mapped(&self, backend: &dyn Backend) -> GpuResult<()> {
+        let mapped = backend.mapped_device_addr(self.host.cast());
+        if mapped.as_ref().is_ok_and(|&addr| addr == self.device_addr) {
+            return Ok(());
+        }
+        let now = match mapped {
+            Ok(addr) => format!("it is mapped at {addr:#x} now, not at {:#x}", self.device_addr),
+            Err(error) => format!("the driver no longer maps it ({error})"),
+        };
+        let message = format!(
+            "the host memory of flash-attn-rocm's fault words is not mapped into the device any more: {now}. \
+             A device reset (hipDeviceReset, cudaDeviceReset, cuDevicePrimaryCtxReset) undoes it and unloads the \
+             kernels: the crate does not run on the GPU again in this process"
+        );
+        Err(GpuError::local(backend.api(), "fault words", message))
+    }
+}
 
 /// One u32 in page-locked host memory mapped into every device of one [`Driver`]: kernels and
 /// stream fills write it at [`FaultWord::device_addr`], the host reads it in place.
 ///
-/// How a kernel still running interleaves with the host is the platform's: HIP allocates
-/// fine-grained coherent memory, whose device atomics are atomic against the host where the bus
+/// How a kernel still running interleaves with the host is the platform's: HIP registers
+/// fine-grained memory (not coarse-grained), whose device atomics are atomic against the host where the bus
 /// supports PCIe atomics (the glue checks the values on the host where it does not:
 /// `DeviceLimits::host_native_atomics`); CUDA documents atomics on mapped pinned memory as
 /// atomic only among the device's threads, which is enough here: the host only reads a word
 /// while kernels may write it, and zeroes it only once they have finished.
 #[derive(Clone, Copy)]
 pub struct FaultWord {
-    /// In an allocation that is never freed, so valid for the life of the process.
+    /// In a page that is never freed, so valid for the life of the process.
     host: &'static AtomicU32,
     device_addr: usize,
+    page: &'static Page,
 }
 
 impl FaultWord {
@@ -68,11 +110,19 @@ fn finished(number: u32, done: u32) -> bool {
     done.wrapping_sub(number) < 1 << 31
 }
 
+/// A stream of a device: its handle (0: the device's null stream) and, where the driver has
+/// one, its identity, which a stream made later with the same handle does not share.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct StreamKey {
+    device: i32,
+    stream: usize,
+    id: Option<u64>,
+}
+
 /// What one thread has in flight on one (device, stream) of one driver.
 struct StreamRecord {
     pool: Arc<WordPool>,
-    device: i32,
-    stream: usize,
+    key: StreamKey,
     /// Set by the stream to the number of each call whose kernels it has run.
     done: FaultWord,
     /// The number of the last call queued; `done` starts at it.
@@ -138,17 +188,16 @@ pub(super) struct WordPool {
 }
 
 impl WordPool {
-    /// A free word, zeroed; a new mapped allocation of [`WORDS_PER_ALLOCATION`] when none is
-    /// left. A failed allocation is returned, not kept: CUDA fails on a thread without a current
-    /// context, and a later call may succeed.
+    /// A free word, zeroed; a new registered page of [`WORDS_PER_ALLOCATION`] when none is
+    /// left. A failed registration is returned, not kept: CUDA fails on a thread without a
+    /// current context, and a later call may succeed.
     fn acquire(&self, backend: &dyn Backend) -> GpuResult<FaultWord> {
         self.reclaim_orphans();
         let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
         if free.is_empty() {
-            let memory = backend.alloc_mapped_host(WORDS_PER_ALLOCATION * std::mem::size_of::<u32>())?;
-            free.extend(words_of(memory).rev());
+            free.extend(words_of(register_page(backend)?).rev());
         }
-        let word = free.pop().expect("a fresh allocation has words");
+        let word = free.pop().expect("a fresh page has words");
         word.clear();
         Ok(word)
     }
@@ -177,20 +226,33 @@ impl WordPool {
     }
 }
 
-/// The u32 words of a fresh mapped allocation, each zeroed.
-fn words_of(memory: MappedHostMemory) -> impl DoubleEndedIterator<Item = FaultWord> {
-    let words = memory.host.cast::<u32>();
-    assert!(words.is_aligned(), "mapped host memory at {words:p} is not 4-aligned");
+/// A fresh page of this process's memory (zeroed, page-aligned, never freed), registered with
+/// the driver.
+fn register_page(backend: &dyn Backend) -> GpuResult<&'static Page> {
+    let layout = std::alloc::Layout::from_size_align(PAGE_BYTES, PAGE_BYTES).expect("a page is a valid layout");
+    // SAFETY: the layout has a non-zero size.
+    let host = unsafe { std::alloc::alloc_zeroed(layout) };
+    if host.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: the page was just allocated and is never freed, even when the registration fails
+    // (a later attempt may register it after all: it is leaked then, one page).
+    let device_addr = unsafe { backend.register_mapped_host(host.cast(), PAGE_BYTES) }?;
+    Ok(Box::leak(Box::new(Page { host: host.cast(), device_addr })))
+}
+
+/// The u32 words of a fresh page, each zeroed.
+fn words_of(page: &'static Page) -> impl DoubleEndedIterator<Item = FaultWord> {
     (0..WORDS_PER_ALLOCATION).map(move |i| {
-        // SAFETY: the allocation holds WORDS_PER_ALLOCATION aligned u32 words (checked above) and
-        // is never freed; from now on each word is only accessed atomically: by the host through
-        // this reference, by kernels with their atomics and by the stream's fills.
-        let host = unsafe { AtomicU32::from_ptr(words.add(i)) };
-        // The driver does not promise zeroed memory; a recycled page may hold anything.
+        // SAFETY: the page holds WORDS_PER_ALLOCATION page-aligned u32 words and is never
+        // freed; from now on each word is only accessed atomically: by the host through this
+        // reference, by kernels with their atomics and by the stream's fills.
+        let host = unsafe { AtomicU32::from_ptr(page.host.add(i)) };
         host.store(0, Ordering::Release);
         FaultWord {
             host,
-            device_addr: memory.device_addr + i * std::mem::size_of::<u32>(),
+            device_addr: page.device_addr + i * std::mem::size_of::<u32>(),
+            page,
         }
     })
 }
@@ -209,22 +271,27 @@ impl Driver {
     /// report the bits once.
     ///
     /// The fill is queued whether `queue` succeeds or not (it may have queued some kernels).
-    /// HIP: the words are `hipExtHostAlloc` memory (HIP 6.3 and later; else `hipHostMalloc`)
-    /// with mapped, portable and coherent flags; CUDA: `cuMemHostAlloc` (portable, device map),
-    /// which needs a current context.
+    /// The words are pages of this process's memory registered with `hipHostRegister` (mapped,
+    /// portable) or `cuMemHostRegister` (portable, device map), which needs a current context;
+    /// after a device reset undid that, this is an `Err` and `queue` is not called.
     pub fn queue_with_fault_word<R, E: From<GpuError>>(
         &self,
         device: i32,
         stream: usize,
         queue: impl FnOnce(usize) -> Result<R, E>,
     ) -> Result<R, E> {
+        let key = self.stream_key(device, stream)?;
         let word = self.fault_words.acquire(self.backend.as_ref())?;
-        let number = self.with_record(device, stream, |record| {
+        let numbered = self.with_record(key, |record| {
+            word.page.check_mapped(self.backend.as_ref())?;
+            if !std::ptr::eq(record.done.page, word.page) {
+                record.done.page.check_mapped(self.backend.as_ref())?;
+            }
             record.last = record.last.wrapping_add(1);
             record.calls.push_back(InFlight { word, number: record.last, reported: false });
             Ok((record.last, record.done))
         });
-        let (number, done) = match number {
+        let (number, done) = match numbered {
             Ok(numbered) => numbered,
             Err(error) => {
                 self.fault_words.release(word);
@@ -232,24 +299,34 @@ impl Driver {
             }
         };
         let queued = queue(word.device_addr());
-        // SAFETY: `done` is a word of a mapped allocation that is never freed, mapped into every
-        // device; the stream belongs to the current device (the caller's contract).
+        // SAFETY: `done` is a word of a registered page that is never freed, mapped into every
+        // device (checked above); the stream belongs to the current device (the caller's
+        // contract).
         let marked = unsafe { self.backend.fill_u32_async(done.device_addr(), number, 1, stream) };
         let value = queued?;
         marked?;
         Ok(value)
     }
 
-    /// The fault bits of this thread's calls on `stream` of device `device` that no take has
-    /// reported yet (0 if none); each call's bits are reported once.
-    pub fn take_stream_faults(&self, device: i32, stream: usize) -> u32 {
-        self.take_records(|record| record.device == device && record.stream == stream)
+    /// The fault bits of this thread's calls on `stream` of device `device` (current) that no
+    /// take has reported yet (0 if none); each call's bits are reported once. An `Err` only
+    /// where the driver fails to say which stream `stream` is.
+    pub fn take_stream_faults(&self, device: i32, stream: usize) -> GpuResult<u32> {
+        let key = self.stream_key(device, stream)?;
+        Ok(self.take_records(|record| record.key == key))
     }
 
     /// The fault bits of this thread's calls on any stream and device of this driver that no take
     /// has reported yet; each call's bits are reported once.
     pub fn take_thread_faults(&self) -> u32 {
         self.take_records(|_| true)
+    }
+
+    /// Which stream `stream` of device `device` (current) is. A device's null stream is never
+    /// destroyed, so its handle is enough.
+    fn stream_key(&self, device: i32, stream: usize) -> GpuResult<StreamKey> {
+        let id = if stream == 0 { None } else { self.backend.stream_id(stream)? };
+        Ok(StreamKey { device, stream, id })
     }
 
     /// Takes the records `pick` selects of this thread and this driver, dropping those left idle.
@@ -268,22 +345,26 @@ impl Driver {
         })
     }
 
-    /// Runs `f` on this thread's record for (`device`, `stream`), made (with a fresh `done`
-    /// word) if there is none.
-    fn with_record<R>(&self, device: i32, stream: usize, f: impl FnOnce(&mut StreamRecord) -> GpuResult<R>) -> GpuResult<R> {
+    /// Runs `f` on this thread's record for `key`, made (with a fresh `done` word) if there is
+    /// none; a record left idle by a failing `f` is dropped.
+    fn with_record<R>(&self, key: StreamKey, f: impl FnOnce(&mut StreamRecord) -> GpuResult<R>) -> GpuResult<R> {
         THREAD_RECORDS.with(|records| {
             let mut records = records.borrow_mut();
-            let mine = |r: &StreamRecord| Arc::ptr_eq(&r.pool, &self.fault_words) && r.device == device && r.stream == stream;
+            let mine = |r: &StreamRecord| Arc::ptr_eq(&r.pool, &self.fault_words) && r.key == key;
             let index = match records.iter().position(mine) {
                 Some(index) => index,
                 None => {
                     let done = self.fault_words.acquire(self.backend.as_ref())?;
                     let pool = Arc::clone(&self.fault_words);
-                    records.push(StreamRecord { pool, device, stream, done, last: 0, calls: VecDeque::new() });
+                    records.push(StreamRecord { pool, key, done, last: 0, calls: VecDeque::new() });
                     records.len() - 1
                 }
             };
-            f(&mut records[index])
+            let result = f(&mut records[index]);
+            if result.is_err() && records[index].idle() {
+                records.swap_remove(index);
+            }
+            result
         })
     }
 

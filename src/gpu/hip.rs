@@ -15,10 +15,10 @@ use std::ffi::{c_char, c_void};
 
 use super::compute_units::{compute_units, wgp_mode_from_environment};
 use super::library::{self, Candidates, DriverLibrary};
-use super::loader::{driver_functions, first_symbol};
+use super::loader::{driver_functions, symbol};
 use super::{
-    call, device_limits_from_attributes, text_or_unknown, Api, Backend, Call, DeviceLimits,
-    GpuError, GpuResult, Handle, MappedHostMemory, SharedCalls,
+    call, device_limits_from_attributes, text_or_unknown, Api, Backend, DeviceLimits,
+    GpuError, GpuResult, Handle, SharedCalls,
 };
 
 /// Where the HIP runtime is looked for. The versioned sonames are what a program linked against
@@ -30,18 +30,14 @@ const CANDIDATES: Candidates = Candidates {
     probe_symbol: "hipGetErrorName",
 };
 
-/// The host allocation function, newest name first: `hipExtHostAlloc` (HIP 6.3 and later, where
-/// `hipHostMalloc` is deprecated), else `hipHostMalloc` (HIP 6.0-6.2). Both take the
-/// `hipHostMalloc*` flags and reach the same allocator in ROCm's clr (`ihipHostMalloc`);
-/// `hipHostAlloc`, the CUDA-like name, refuses the coherent flag.
-const HOST_ALLOC_NAMES: [&str; 2] = ["hipExtHostAlloc", "hipHostMalloc"];
-type HostAllocFn = unsafe extern "C" fn(*mut Handle, usize, u32) -> i32;
-/// `hipHostMallocPortable`: the allocation belongs to every device.
-const HIP_HOST_MALLOC_PORTABLE: u32 = 0x1;
-/// `hipHostMallocMapped`: kernels reach it through `hipHostGetDevicePointer`.
-const HIP_HOST_MALLOC_MAPPED: u32 = 0x2;
-/// `hipHostMallocCoherent`: fine-grained, so device writes reach the host while kernels run.
-const HIP_HOST_MALLOC_COHERENT: u32 = 0x4000_0000;
+/// `hipHostRegisterPortable`: the registration belongs to every device.
+const HIP_HOST_REGISTER_PORTABLE: u32 = 0x1;
+/// `hipHostRegisterMapped`: kernels reach the memory through `hipHostGetDevicePointer`. Without
+/// `hipExtHostRegisterCoarseGrained` the registration is fine-grained, so device writes reach the
+/// host while kernels run.
+const HIP_HOST_REGISTER_MAPPED: u32 = 0x2;
+/// `hipStreamGetId` (HIP 7; absent from HIP 6): `hipStream_t`, `unsigned long long *`.
+type StreamIdFn = unsafe extern "C" fn(Handle, *mut u64) -> i32;
 
 /// `hipErrorNoDevice`.
 const HIP_ERROR_NO_DEVICE: i32 = 100;
@@ -85,9 +81,8 @@ _Static_assert(hipDeviceAttributeMaxThreadsPerBlock == 56, \"max threads per blo
 _Static_assert(hipDeviceAttributeMaxSharedMemoryPerBlock == 74, \"max shared memory per block attribute\");
 _Static_assert(hipDeviceAttributeHostNativeAtomicSupported == 15, \"host native atomics attribute\");
 _Static_assert(hipErrorNoDevice == 100, \"hipErrorNoDevice\");
-_Static_assert(hipHostMallocPortable == 0x1, \"hipHostMallocPortable\");
-_Static_assert(hipHostMallocMapped == 0x2, \"hipHostMallocMapped\");
-_Static_assert(hipHostMallocCoherent == 0x40000000, \"hipHostMallocCoherent\");
+_Static_assert(hipHostRegisterPortable == 0x1, \"hipHostRegisterPortable\");
+_Static_assert(hipHostRegisterMapped == 0x2, \"hipHostRegisterMapped\");
 ";
 
 driver_functions! {
@@ -109,6 +104,7 @@ driver_functions! {
         hipMemcpyHtoD: fn(Handle, *const c_void, usize) -> i32;
         hipMemcpyDtoH: fn(*mut c_void, Handle, usize) -> i32;
         hipMemsetD32Async: fn(Handle, i32, usize, Handle) -> i32;
+        hipHostRegister: fn(*mut c_void, usize, u32) -> i32;
         hipHostGetDevicePointer: fn(*mut Handle, *mut c_void, u32) -> i32;
         hipDeviceSynchronize: fn() -> i32;
         hipGetErrorName: fn(i32) -> *const c_char;
@@ -119,8 +115,8 @@ driver_functions! {
 struct Hip {
     functions: HipFunctions,
     shared: SharedCalls,
-    /// One of [`HOST_ALLOC_NAMES`].
-    host_alloc: Call<HostAllocFn>,
+    /// HIP 7's; `None` on HIP 6.
+    stream_get_id: Option<StreamIdFn>,
     /// Keeps the function pointers valid; never unloaded (the Driver is never dropped).
     library: DriverLibrary,
 }
@@ -130,8 +126,8 @@ pub(super) fn open() -> GpuResult<Box<dyn Backend>> {
     let library = library::open(Api::Hip, &CANDIDATES)?;
     // SAFETY: the table declares each function with its C signature from hip_runtime_api.h.
     let functions = unsafe { HipFunctions::resolve(library.library(), Api::Hip) }?;
-    // SAFETY: every name has this signature: (void** ptr, size_t size, unsigned int flags).
-    let host_alloc = unsafe { first_symbol(library.library(), Api::Hip, &HOST_ALLOC_NAMES) }?;
+    // SAFETY: StreamIdFn is hipStreamGetId's C signature from HIP 7's hip_runtime_api.h.
+    let stream_get_id = unsafe { symbol::<StreamIdFn>(library.library(), Api::Hip, "hipStreamGetId") }.ok();
     let shared = SharedCalls {
         current_device: call!(functions.hipGetDevice),
         synchronize: call!(functions.hipDeviceSynchronize),
@@ -143,7 +139,7 @@ pub(super) fn open() -> GpuResult<Box<dyn Backend>> {
     Ok(Box::new(Hip {
         functions,
         shared,
-        host_alloc,
+        stream_get_id,
         library,
     }))
 }
@@ -308,20 +304,30 @@ impl Backend for Hip {
         self.check("hipMemcpyDtoH", status)
     }
 
-    fn alloc_mapped_host(&self, bytes: usize) -> GpuResult<MappedHostMemory> {
-        let Call { name, function } = self.host_alloc;
-        let flags = HIP_HOST_MALLOC_MAPPED | HIP_HOST_MALLOC_PORTABLE | HIP_HOST_MALLOC_COHERENT;
-        let mut host = std::ptr::null_mut();
-        // SAFETY: `host` is a writable pointer; the flags are valid together (not non-coherent).
-        self.check(name, unsafe { function(&mut host, bytes, flags) })?;
+    unsafe fn register_mapped_host(&self, host: *mut c_void, bytes: usize) -> GpuResult<usize> {
+        let flags = HIP_HOST_REGISTER_MAPPED | HIP_HOST_REGISTER_PORTABLE;
+        // SAFETY: the caller guarantees that the range is this process's memory for good.
+        self.check("hipHostRegister", unsafe { (self.functions.hipHostRegister)(host, bytes, flags) })?;
+        self.mapped_device_addr(host)
+    }
+
+    fn mapped_device_addr(&self, host: *mut c_void) -> GpuResult<usize> {
         let mut device = std::ptr::null_mut();
-        // SAFETY: `host` came from the allocation above; the flags argument must be 0.
+        // SAFETY: `device` is a writable pointer; the driver looks `host` up among its
+        // registrations (an error for none) and never dereferences it; flags must be 0.
         let status = unsafe { (self.functions.hipHostGetDevicePointer)(&mut device, host, 0) };
         self.check("hipHostGetDevicePointer", status)?;
-        Ok(MappedHostMemory {
-            host,
-            device_addr: device as usize,
-        })
+        Ok(device as usize)
+    }
+
+    fn stream_id(&self, stream: usize) -> GpuResult<Option<u64>> {
+        let Some(get_id) = self.stream_get_id else {
+            return Ok(None);
+        };
+        let mut id = 0;
+        // SAFETY: `id` is a writable u64; the caller passes a live stream of this runtime.
+        self.check("hipStreamGetId", unsafe { get_id(stream as Handle, &mut id) })?;
+        Ok(Some(id))
     }
 }
 
@@ -361,12 +367,11 @@ mod tests {
             "HostNativeAtomicSupported == {HIP_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED},"
         );
         let no_device = format!("hipErrorNoDevice == {HIP_ERROR_NO_DEVICE},");
-        let portable = format!("hipHostMallocPortable == {HIP_HOST_MALLOC_PORTABLE:#x},");
-        let mapped = format!("hipHostMallocMapped == {HIP_HOST_MALLOC_MAPPED:#x},");
-        let coherent = format!("hipHostMallocCoherent == {HIP_HOST_MALLOC_COHERENT:#x},");
+        let portable = format!("hipHostRegisterPortable == {HIP_HOST_REGISTER_PORTABLE:#x},");
+        let mapped = format!("hipHostRegisterMapped == {HIP_HOST_REGISTER_MAPPED:#x},");
         for needle in [
             offset, size, attribute, physical, threads, shared, atomics, no_device, portable,
-            mapped, coherent,
+            mapped,
         ] {
             assert!(HIP_HEADER_CHECK.contains(&needle), "{needle}");
         }

@@ -6,7 +6,6 @@ use std::ffi::{c_char, CStr};
 use libloading::Library;
 
 use super::error::{Api, GpuError, GpuResult};
-use super::Call;
 
 /// Resolves `name` in `library` as a value of type `T` (a function pointer).
 ///
@@ -20,27 +19,6 @@ pub(super) unsafe fn symbol<T: Copy>(library: &Library, api: Api, name: &str) ->
     unsafe { library.get::<T>(name.as_bytes()) }
         .map(|resolved| *resolved)
         .map_err(|error| GpuError::local(api, "dlsym", format!("{name}: {error}")))
-}
-
-/// Resolves the first of `names` that `library` exports, as a [`Call`] under that name: for a
-/// function that a later runtime renamed, so that both the old and the new name serve.
-///
-/// # Safety
-/// As for [`symbol`]: `T` is the true type of every one of `names`.
-pub(super) unsafe fn first_symbol<T: Copy>(
-    library: &Library,
-    api: Api,
-    names: &[&'static str],
-) -> GpuResult<Call<T>> {
-    let mut failures = Vec::with_capacity(names.len());
-    for &name in names {
-        // SAFETY: forwarded from this function's contract.
-        match unsafe { symbol(library, api, name) } {
-            Ok(function) => return Ok(Call { name, function }),
-            Err(error) => failures.push(error.message),
-        }
-    }
-    Err(GpuError::local(api, "dlsym", failures.join("; ")))
 }
 
 /// Copies a C string owned by the driver (a static error name or description), or `None` for
@@ -152,27 +130,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn first_symbol_takes_the_first_name_exported() {
-        let library = libc();
-        let names = ["flash_attn_rocm_no_such_symbol", "abs", "labs"];
-        type Abs = unsafe extern "C" fn(i32) -> i32;
-        // SAFETY: abs has this signature; the missing symbol is never called; labs is not reached.
-        let Call { name, function } =
-            unsafe { first_symbol::<Abs>(&library, Api::Hip, &names) }.unwrap();
-        assert_eq!(name, "abs");
-        // SAFETY: abs takes any int but INT_MIN.
-        assert_eq!(unsafe { function(-3) }, 3);
-        let missing = ["flash_attn_rocm_no_such_1", "flash_attn_rocm_no_such_2"];
-        // SAFETY: nothing is resolved, so nothing is called.
-        let error = unsafe { first_symbol::<Abs>(&library, Api::Hip, &missing) }
-            .err()
-            .unwrap();
-        assert_eq!(error.call, "dlsym");
-        for name in missing {
-            assert!(error.message.contains(&format!("{name}: ")), "{error}");
-        }
-    }
 
     #[test]
     fn driver_strings() {

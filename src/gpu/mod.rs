@@ -82,11 +82,17 @@ struct SharedCalls {
     launch: Call<LaunchFn>,
 }
 
-/// Host memory mapped into the devices' address space: the host's pointer to it and the
-/// address kernels use.
-struct MappedHostMemory {
-    host: *mut c_void,
-    device_addr: usize,
+/// What a thread has current, so that [`with_device`] gives exactly that back: nothing (CUDA:
+/// no current context), a device (HIP, and CUDA's primary contexts as this layer makes them
+/// current), or a context of the caller's own (CUDA: one it created, by its address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Binding {
+    /// No current device (a CUDA thread without a current context).
+    Nothing,
+    /// A device by its ordinal, bound as [`Driver::set_device`] binds it.
+    Device(i32),
+    /// A CUDA context by its address: a device's primary context or one of the caller's own.
+    Context(usize),
 }
 
 /// What differs between HIP and CUDA: each API implements this over its function table.
@@ -113,11 +119,43 @@ trait Backend: Send + Sync {
     /// # Safety
     /// `src..src + dst.len()` lies in one live allocation of this driver.
     unsafe fn copy_to_host(&self, dst: &mut [u8], src: usize) -> GpuResult<()>;
-    /// Allocates `bytes` (> 0) of page-locked host memory that is mapped into the address space
-    /// of every device (portable) and coherent (device writes reach the host without a copy or
-    /// a synchronization). Never freed: the fault words in it are reused for the life of the
-    /// process.
-    fn alloc_mapped_host(&self, bytes: usize) -> GpuResult<MappedHostMemory>;
+    /// Page-locks `bytes` (> 0) of host memory at `host` and maps them into the address space of
+    /// every device (portable); returns the address kernels use. Needs a current device (CUDA:
+    /// context), whose reset undoes the registration. Never unregistered: the fault words in it
+    /// are reused for the life of the process.
+    /// # Safety
+    /// `host..host + bytes` is memory of this process that is never freed.
+    unsafe fn register_mapped_host(&self, host: *mut c_void, bytes: usize) -> GpuResult<usize>;
+    /// The device address of registered host memory at `host` as the driver maps it now: an
+    /// `Err` once a device reset (`hipDeviceReset`, `cuDevicePrimaryCtxReset`) has undone the
+    /// registration. Needs a current device (CUDA: context).
+    fn mapped_device_addr(&self, host: *mut c_void) -> GpuResult<usize>;
+    /// The stream's identity for the life of the process where the driver has one
+    /// (`cuStreamGetId`, CUDA 12; `hipStreamGetId`, HIP 7): a stream created where a destroyed
+    /// one's handle was gets another. `None` where the driver lacks it.
+    fn stream_id(&self, stream: usize) -> GpuResult<Option<u64>> {
+        let _ = stream;
+        Ok(None)
+    }
+    /// What this thread has current ([`Binding`]), changing nothing.
+    fn current_binding(&self) -> GpuResult<Binding> {
+        Ok(self.current_device_if_any()?.map_or(Binding::Nothing, Binding::Device))
+    }
+    /// Whether `binding` is device `ordinal` as [`Backend::set_device`] makes it current.
+    fn binding_is_device(&self, binding: Binding, ordinal: i32) -> GpuResult<bool> {
+        Ok(binding == Binding::Device(ordinal))
+    }
+    /// Makes `binding` current again, exactly.
+    fn restore_binding(&self, binding: Binding) -> GpuResult<()> {
+        match binding {
+            Binding::Nothing => self.clear_current_device(),
+            Binding::Device(ordinal) => self.set_device(ordinal),
+            Binding::Context(_) => {
+                let message = "this driver has no contexts of the caller's own".to_owned();
+                Err(GpuError::local(self.api(), "restore_binding", message))
+            }
+        }
+    }
     /// Queues on `stream` the write of `value` to `count` u32 words at `addr`.
     /// # Safety
     /// `addr..addr + 4 * count` lies in one live allocation of the stream's device.
@@ -272,6 +310,22 @@ impl Driver {
     /// (CUDA: no current context); nothing on HIP, where a thread always has a current device.
     pub fn clear_current_device(&self) -> GpuResult<()> {
         self.backend.clear_current_device()
+    }
+
+    /// What this thread has current: nothing, a device, or (CUDA) a context of the caller's own.
+    pub fn current_binding(&self) -> GpuResult<Binding> {
+        self.backend.current_binding()
+    }
+
+    /// Whether `binding` is device `ordinal` as [`Driver::set_device`] makes it current (CUDA:
+    /// its primary context, not a context the caller made on that device).
+    pub fn binding_is_device(&self, binding: Binding, ordinal: i32) -> GpuResult<bool> {
+        self.backend.binding_is_device(binding, ordinal)
+    }
+
+    /// Makes `binding` (from [`Driver::current_binding`]) current again, exactly.
+    pub fn restore_binding(&self, binding: Binding) -> GpuResult<()> {
+        self.backend.restore_binding(binding)
     }
 
     /// Queues on `stream` (a `hipStream_t` / `CUstream`; 0 is the null stream) the write of

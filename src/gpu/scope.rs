@@ -4,25 +4,24 @@
 
 use super::{Driver, GpuResult};
 
-/// Runs `work` with device `ordinal` current on this thread and makes the thread's previous
-/// device current again afterwards, on success and on error alike; a CUDA thread that had no
-/// current context has none again, and no other device's context is created or touched. The
-/// error of `work` wins over one of the restoring call.
+/// Runs `work` with device `ordinal` current on this thread and makes exactly what was current
+/// before current again afterwards, on success and on error alike: the thread's previous
+/// device; with CUDA, no context for a thread that had none, and the caller's own context where
+/// it had made one current (our kernels run in the device's primary context, so a caller's
+/// context on the same device is switched away from too). No other device's context is created
+/// or touched. The error of `work` wins over one of the restoring call.
 pub fn with_device<R, E: From<super::GpuError>>(
     driver: &Driver,
     ordinal: i32,
     work: impl FnOnce() -> Result<R, E>,
 ) -> Result<R, E> {
-    let previous = driver.current_device_if_any()?;
-    if previous == Some(ordinal) {
+    let previous = driver.current_binding()?;
+    if driver.binding_is_device(previous, ordinal)? {
         return work();
     }
     driver.set_device(ordinal)?;
     let result = work();
-    let restored: GpuResult<()> = match previous {
-        Some(previous) => driver.set_device(previous),
-        None => driver.clear_current_device(),
-    };
+    let restored: GpuResult<()> = driver.restore_binding(previous);
     let value = result?;
     restored?;
     Ok(value)
@@ -31,7 +30,8 @@ pub fn with_device<R, E: From<super::GpuError>>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::tests::mock::{mock_driver, mock_thread_without_device};
+    use crate::gpu::tests::mock::{mock_driver, mock_make_own_context_current, mock_thread_without_device};
+    use crate::gpu::Binding;
 
     /// Issue 24, item 7: the glue made q's device current and left it so. The caller's device
     /// comes back after the work, whether it succeeds or fails, and a failing restore is
@@ -76,5 +76,24 @@ mod tests {
                 .unwrap()
         });
         assert_eq!(*state.devices_made_current.lock().unwrap(), [1]);
+    }
+
+    /// Issue 56: a CUDA thread that had made a context of its own current got the device's
+    /// primary context back after a call, and a call on the device of that context ran in it
+    /// (where our kernels are not loaded). The call runs in the device's context as this layer
+    /// makes it current, and the caller's own context is current again afterwards.
+    #[test]
+    fn a_callers_own_context_is_current_again_after_the_work() {
+        let (driver, _) = mock_driver();
+        let own = mock_make_own_context_current(2);
+        assert_eq!(driver.current_binding().unwrap(), Binding::Context(own));
+        for ordinal in [2, 5] {
+            let seen = with_device(&driver, ordinal, || driver.current_binding().map_err(candle::Error::from)).unwrap();
+            assert_eq!(seen, Binding::Device(ordinal), "the work runs on the device as the driver layer binds it");
+            assert_eq!(driver.current_binding().unwrap(), Binding::Context(own), "after a call on device {ordinal}");
+        }
+        let failed: candle::Result<()> = with_device(&driver, 2, || candle::bail!("the work failed"));
+        assert!(failed.is_err());
+        assert_eq!(driver.current_binding().unwrap(), Binding::Context(own));
     }
 }

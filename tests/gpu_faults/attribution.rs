@@ -17,7 +17,7 @@ const ROUNDS: usize = 40;
 
 /// A small paged call of three sequences, and a copy of its table whose row 1 names a block
 /// outside the cache.
-struct PagedCase {
+pub struct PagedCase {
     r: Ragged,
     p: Paged,
     bad_table: Tensor,
@@ -25,7 +25,7 @@ struct PagedCase {
 }
 
 impl PagedCase {
-    fn new(seed: &str, page: usize) -> Self {
+    pub fn new(seed: &str, page: usize) -> Self {
         let mut rng = rng(seed);
         let lens: Vec<(usize, usize)> = (0..3).map(|_| (rng.gen_range(1..4), rng.gen_range(20..90))).collect();
         let r = ragged(&mut rng, &lens, (8, 2, 64), DType::F16);
@@ -37,7 +37,7 @@ impl PagedCase {
     }
 
     /// The call on `dev` (its tensors copied there), with the good or the bad table.
-    fn call(&self, dev: &Device, bad: bool) -> candle::Result<Tensor> {
+    pub fn call(&self, dev: &Device, bad: bool) -> candle::Result<Tensor> {
         let on = |t: &Tensor| t.to_device(dev);
         let (sq, sk) = self.r.seqlens();
         let table = if bad { &self.bad_table } else { &self.p.table };
@@ -49,7 +49,7 @@ impl PagedCase {
         )
     }
 
-    fn cpu(&self) -> Vec<f64> {
+    pub fn cpu(&self) -> Vec<f64> {
         values(&self.call(&Device::Cpu, false).unwrap())
     }
 }
@@ -174,7 +174,7 @@ impl LongBadCall {
 /// A valid small paged call with its tensors already on `dev` (no copy from the host while the
 /// stream is busy), and the CPU's answer.
 #[cfg(feature = "candle-cuda")]
-struct QueuedValidCall {
+pub struct QueuedValidCall {
     args: Vec<Tensor>,
     case: PagedCase,
     cpu: Vec<f64>,
@@ -182,7 +182,7 @@ struct QueuedValidCall {
 
 #[cfg(feature = "candle-cuda")]
 impl QueuedValidCall {
-    fn new(seed: &str, dev: &Device) -> Self {
+    pub fn new(seed: &str, dev: &Device) -> Self {
         let case = PagedCase::new(seed, 16);
         let (sq, sk) = case.r.seqlens();
         let args = [&case.r.q, &case.p.k_pages, &case.p.v_pages, &sq, &sk, &case.p.table].map(|t| t.to_device(dev).unwrap()).to_vec();
@@ -190,7 +190,7 @@ impl QueuedValidCall {
         QueuedValidCall { args, case, cpu }
     }
 
-    fn call(&self) -> candle::Result<Tensor> {
+    pub fn call(&self) -> candle::Result<Tensor> {
         let a = &self.args;
         let max_k = self.case.r.lens.iter().map(|l| l.1).max().unwrap();
         let max_q = self.case.r.lens.iter().map(|l| l.0).max().unwrap();
@@ -213,7 +213,7 @@ impl QueuedValidCall {
         (ran, failed)
     }
 
-    fn check(&self, what: &str, ran: &[Tensor]) {
+    pub fn check(&self, what: &str, ran: &[Tensor]) {
         for (i, out) in ran.iter().enumerate() {
             assert_matches(&format!("{what}: call {i}"), out, &self.cpu);
         }
@@ -224,9 +224,8 @@ impl QueuedValidCall {
 /// 40 ms without a synchronize: 64 of 165 valid calls failed, each finding bits that the bad
 /// kernel's programs had set since the last take. Now the bad call fails at most one later call
 /// (exactly one, or the take after the synchronize when none ran after its fault was visible);
-/// valid calls on another stream fail none. (Threads that end with a bad call in flight are
-/// covered by the mock driver's test `an_ended_threads_calls_in_flight_keep_their_words`; the
-/// same case on Candle CUDA tensors hung on the H200 and was taken out until understood.)
+/// valid calls on another stream fail none. (Threads that end with a bad call in flight:
+/// [`a_bad_call_of_an_ended_thread_fails_no_other_thread`].)
 #[cfg(feature = "candle-cuda")]
 pub fn a_long_bad_call_fails_at_most_one_later_call() {
     let Some(_) = check::gpu_and_rng("a_long_bad_call_fails_at_most_one_later_call") else {
@@ -268,4 +267,97 @@ pub fn a_long_bad_call_fails_at_most_one_later_call() {
     assert_eq!(failed, 0, "no valid call of another stream fails");
     on_other.check("another stream", &ran);
     fa::take_gpu_faults().expect_err("the bad call is reported on its own stream's thread");
+}
+
+/// Prints where a phase is and aborts the process when it has not ended within `limit`: a hang
+/// on the GPU machine then shows the step it stopped at rather than the run's time limit.
+#[cfg(feature = "candle-cuda")]
+struct Watchdog {
+    step: std::sync::Arc<std::sync::Mutex<String>>,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[cfg(feature = "candle-cuda")]
+impl Watchdog {
+    fn start(limit: std::time::Duration) -> Watchdog {
+        let step = std::sync::Arc::new(std::sync::Mutex::new("start".to_owned()));
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (s, d) = (step.clone(), done.clone());
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            while started.elapsed() < limit {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                if d.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+            }
+            eprintln!("watchdog: no progress within {limit:?}; last step: {}", s.lock().unwrap());
+            std::process::abort();
+        });
+        Watchdog { step, done }
+    }
+
+    fn at(&self, step: impl Into<String>) {
+        let step = step.into();
+        eprintln!("step: {step}");
+        *self.step.lock().unwrap() = step;
+    }
+}
+
+#[cfg(feature = "candle-cuda")]
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Issue 56: a thread that queues a long bad call and ends at once, then new threads queuing
+/// valid calls on the same stream while it runs: no valid call fails, the ended thread's fault
+/// reaches nobody, and its words come back once its call finished (the mock driver's test
+/// `an_ended_threads_calls_in_flight_keep_their_words` checks the bookkeeping).
+#[cfg(feature = "candle-cuda")]
+pub fn a_bad_call_of_an_ended_thread_fails_no_other_thread() {
+    let Some(_) = check::gpu_and_rng("a_bad_call_of_an_ended_thread_fails_no_other_thread") else {
+        return;
+    };
+    let watchdog = Watchdog::start(std::time::Duration::from_secs(90));
+    let span = std::time::Duration::from_millis(40);
+    let dev = Device::new_cuda(0).unwrap();
+    let long = LongBadCall::new(&dev);
+    let valid = QueuedValidCall::new("attribution/ended-thread", &dev);
+    watchdog.at("warm-up");
+    long.queue();
+    dev.synchronize().unwrap();
+    fa::take_gpu_faults().expect_err("the warm-up's bad call is reported");
+    for round in 0..3 {
+        watchdog.at(format!("round {round}: the bad call's thread"));
+        std::thread::scope(|scope| scope.spawn(|| long.queue()).join().unwrap());
+        watchdog.at(format!("round {round}: four new threads queue valid calls"));
+        let results: Vec<(Vec<Tensor>, usize)> = std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..4)
+                .map(|t| {
+                    let (valid, watchdog) = (&valid, &watchdog);
+                    scope.spawn(move || {
+                        let out = valid.queue_for(span / 4);
+                        watchdog.at(format!("round {round}: thread {t} queued {} calls", out.0.len() + out.1));
+                        fa::take_gpu_faults().expect("no fault reaches a thread of valid calls");
+                        out
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        watchdog.at(format!("round {round}: synchronize"));
+        dev.synchronize().unwrap();
+        let failed: usize = results.iter().map(|r| r.1).sum();
+        let queued: usize = results.iter().map(|r| r.0.len() + r.1).sum();
+        eprintln!("round {round}: after the bad call's thread ended, {queued} valid calls on 4 new threads, {failed} failed");
+        assert_eq!(failed, 0, "no valid call of another thread fails");
+        watchdog.at(format!("round {round}: check"));
+        for (t, (ran, _)) in results.iter().enumerate() {
+            valid.check(&format!("round {round}, new thread {t}"), ran);
+        }
+        fa::take_gpu_faults().expect("the ended thread's fault reaches nobody");
+    }
+    watchdog.at("done");
 }

@@ -185,7 +185,7 @@ fn a_bad_call_fails_one_later_call_however_late_its_bits_arrive() {
     for step in 0..40 {
         // The bad kernel's programs keep reporting while the valid calls queue behind it.
         kernel_reports(bad, if step % 2 == 0 { 0b100 } else { 0b010 });
-        let bits = driver.take_stream_faults(3, 7);
+        let bits = driver.take_stream_faults(3, 7).unwrap();
         if bits != 0 {
             failed += 1;
             assert_eq!(bits & 0b100, 0b100, "step {step}: the first bits that arrived");
@@ -200,14 +200,14 @@ fn a_bad_call_fails_one_later_call_however_late_its_bits_arrive() {
     assert_eq!(driver.calls_in_flight(), words.len());
     // The stream runs the calls' fills: every call is seen finished and its word goes back.
     state.run_streams();
-    assert_eq!(driver.take_stream_faults(3, 7), 0);
+    assert_eq!(driver.take_stream_faults(3, 7).unwrap(), 0);
     assert_eq!(driver.calls_in_flight(), 0);
     assert_eq!(driver.fault_words.free_words(), 1024, "every word back in the pool, the record's too");
     // A bad call whose bits arrived only after its kernels finished is still reported once.
     let late = queue_call(&driver, 3, 7);
     kernel_reports(late, 0b001);
-    assert_eq!(driver.take_stream_faults(3, 7), 0b001);
-    assert_eq!(driver.take_stream_faults(3, 7), 0);
+    assert_eq!(driver.take_stream_faults(3, 7).unwrap(), 0b001);
+    assert_eq!(driver.take_stream_faults(3, 7).unwrap(), 0);
     assert_eq!((state.copies_to_host.load(Ordering::SeqCst), state.synchronizes.load(Ordering::SeqCst)), (0, 0));
 }
 
@@ -222,9 +222,9 @@ fn faults_stay_with_their_device_and_stream() {
         kernel_reports(word, 1 << i);
     }
     for (i, &(device, stream, _)) in calls.iter().enumerate() {
-        assert_eq!(driver.take_stream_faults(device, stream), 1 << i, "device {device}, stream {stream}");
+        assert_eq!(driver.take_stream_faults(device, stream).unwrap(), 1 << i, "device {device}, stream {stream}");
     }
-    assert_eq!(driver.take_stream_faults(0, 9), 0, "a stream never launched on has no faults");
+    assert_eq!(driver.take_stream_faults(0, 9).unwrap(), 0, "a stream never launched on has no faults");
     assert_eq!(driver.take_thread_faults(), 0);
     state.run_streams();
     assert_eq!(driver.take_thread_faults(), 0);
@@ -245,7 +245,7 @@ fn threads_on_one_stream_see_only_their_own_faults() {
                 barrier.wait();
                 kernel_reports(word, 1 << t);
                 barrier.wait();
-                assert_eq!(driver.take_stream_faults(0, 0), 1 << t, "thread {t}");
+                assert_eq!(driver.take_stream_faults(0, 0).unwrap(), 1 << t, "thread {t}");
                 assert_eq!(driver.take_thread_faults(), 0, "thread {t}");
             });
         }
@@ -283,6 +283,52 @@ fn an_ended_threads_calls_in_flight_keep_their_words() {
         });
     });
     assert_eq!(driver.fault_words.free_words(), 1024, "the ended threads' words came back once their calls finished");
+}
+
+/// Issue 56: a stream made where a destroyed one's handle was inherited the unreported faults
+/// of the destroyed stream's calls. Where the driver names streams (`cuStreamGetId`,
+/// `hipStreamGetId`), the new stream's first call finds nothing, and the old stream's bits stay
+/// with the thread's explicit take.
+#[test]
+fn a_stream_made_on_a_destroyed_streams_handle_inherits_nothing() {
+    let (driver, state) = mock_driver();
+    state.hold_streams();
+    state.set_stream_id(7, 1);
+    let bad = queue_call(&driver, 0, 7);
+    kernel_reports(bad, 0b100);
+    // Stream 1 is destroyed; a new stream, identity 2, gets its handle.
+    state.set_stream_id(7, 2);
+    assert_eq!(driver.take_stream_faults(0, 7).unwrap(), 0, "the new stream's first call is not failed");
+    queue_call(&driver, 0, 7);
+    assert_eq!(driver.take_thread_faults(), 0b100, "the destroyed stream's call is still reported to its thread");
+    state.run_streams();
+    assert_eq!(driver.take_thread_faults(), 0);
+    assert_eq!(driver.calls_in_flight(), 0);
+}
+
+/// Issue 56: a device reset (`hipDeviceReset`, `cudaDeviceReset`) freed the driver's pinned
+/// fault pages while the host kept reading them, and kernels would have written to addresses the
+/// device no longer maps. The pages are the process's own: reads stay valid, and a call after
+/// the reset is refused with an error that says why instead of launching.
+#[test]
+fn calls_after_a_device_reset_are_refused_and_takes_stay_valid() {
+    let (driver, state) = mock_driver();
+    let bad = queue_call(&driver, 0, 0);
+    kernel_reports(bad, 0b010);
+    state.reset_devices();
+    assert_eq!(driver.take_thread_faults(), 0b010, "the words are still readable after the reset");
+    let mut queued = false;
+    let refused = driver
+        .queue_with_fault_word(0, 0, |word| {
+            queued = true;
+            GpuResult::Ok(word)
+        })
+        .unwrap_err();
+    assert!(!queued, "nothing is queued that would write to an unmapped word");
+    assert!(refused.message.contains("device reset") && refused.message.contains("mockHostGetDevicePointer"), "{refused}");
+    assert_eq!(driver.calls_in_flight(), 0, "a refused call leaves nothing in flight");
+    let again = driver.queue_with_fault_word(3, 5, |word| GpuResult::Ok(word)).unwrap_err();
+    assert!(again.message.contains("device reset"), "{again}");
 }
 
 #[test]

@@ -19,8 +19,13 @@ pub(crate) struct MockState {
     /// Host round trips, so that a test can assert that a launch path made none.
     pub(crate) copies_to_host: AtomicUsize,
     pub(crate) synchronizes: AtomicUsize,
-    /// Mapped host allocations (leaked, like the drivers' ones that are never freed).
+    /// Host memory registered ([`Backend::register_mapped_host`]): start address -> bytes, until
+    /// [`MockState::reset_devices`] undoes every registration, as a device reset does.
+    registered: Mutex<HashMap<usize, usize>>,
+    /// Registrations made so far.
     pub(super) mapped_host_allocations: AtomicUsize,
+    /// Each stream handle's identity ([`Backend::stream_id`]); a handle not listed has id 0.
+    stream_ids: Mutex<HashMap<usize, u64>>,
     /// What every mock device reports as its multiprocessor count.
     pub(crate) multiprocessors: std::sync::atomic::AtomicI32,
     /// Every device made current, in order (a CUDA context created or bound).
@@ -31,6 +36,17 @@ pub(crate) struct MockState {
 }
 
 impl MockState {
+    /// As `hipDeviceReset` or `cuDevicePrimaryCtxReset`: every host registration is undone.
+    pub(crate) fn reset_devices(&self) {
+        self.registered.lock().unwrap().clear();
+    }
+
+    /// Stream handle `stream` now names a stream of identity `id`, as when a stream is destroyed
+    /// and a new one gets its handle.
+    pub(crate) fn set_stream_id(&self, stream: usize, id: u64) {
+        self.stream_ids.lock().unwrap().insert(stream, id);
+    }
+
     /// From now on fills wait, as work queued behind long kernels, until [`MockState::run_streams`].
     pub(crate) fn hold_streams(&self) {
         self.held_fills.lock().unwrap().get_or_insert_with(Vec::new);
@@ -104,6 +120,22 @@ thread_local! {
 
 /// The mock thread's state without a current device, as a CUDA thread without a context.
 const NO_DEVICE: i32 = -1;
+
+thread_local! {
+    /// A context of the caller's own (by its address) current on this thread, over
+    /// [`MOCK_DEVICE`]'s device, as a CUDA program may make one; `None` when the mock's own
+    /// binding of the device is current.
+    static MOCK_OWN_CONTEXT: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Makes a context of the caller's own on `device` current on this thread, as a CUDA program
+/// that created one (`cuCtxCreate`) does; returns its address.
+pub(crate) fn mock_make_own_context_current(device: i32) -> usize {
+    let context = 0xc0_0000 + device as usize;
+    MOCK_DEVICE.with(|d| d.set(device));
+    MOCK_OWN_CONTEXT.with(|c| c.set(Some(context)));
+    context
+}
 
 /// Puts the calling thread in the state a fresh CUDA thread is in: no current device. The mock
 /// then behaves as the CUDA backend: `current_device` makes device 0 current.
@@ -217,8 +249,29 @@ impl Backend for MockBackend {
             return self.check("mockSetDevice", 101);
         }
         MOCK_DEVICE.with(|d| d.set(ordinal));
+        MOCK_OWN_CONTEXT.with(|c| c.set(None));
         self.state.devices_made_current.lock().unwrap().push(ordinal);
         Ok(())
+    }
+    fn current_binding(&self) -> GpuResult<Binding> {
+        if let Some(context) = MOCK_OWN_CONTEXT.with(std::cell::Cell::get) {
+            return Ok(Binding::Context(context));
+        }
+        Ok(self.current_device_if_any()?.map_or(Binding::Nothing, Binding::Device))
+    }
+    fn restore_binding(&self, binding: Binding) -> GpuResult<()> {
+        match binding {
+            Binding::Context(context) => {
+                MOCK_DEVICE.with(|d| d.set((context - 0xc0_0000) as i32));
+                MOCK_OWN_CONTEXT.with(|c| c.set(Some(context)));
+                Ok(())
+            }
+            Binding::Device(ordinal) => self.set_device(ordinal),
+            Binding::Nothing => self.clear_current_device(),
+        }
+    }
+    fn stream_id(&self, stream: usize) -> GpuResult<Option<u64>> {
+        Ok(Some(self.state.stream_ids.lock().unwrap().get(&stream).copied().unwrap_or(0)))
     }
     fn current_device(&self) -> GpuResult<i32> {
         match self.current_device_if_any()? {
@@ -232,6 +285,7 @@ impl Backend for MockBackend {
     }
     fn clear_current_device(&self) -> GpuResult<()> {
         MOCK_DEVICE.with(|d| d.set(NO_DEVICE));
+        MOCK_OWN_CONTEXT.with(|c| c.set(None));
         Ok(())
     }
     fn device_count(&self) -> GpuResult<i32> {
@@ -294,19 +348,19 @@ impl Backend for MockBackend {
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
-    /// Leaked host memory whose device address is its host address, as on the real drivers
-    /// under unified addressing; u64 elements give the alignment drivers give (a page, at least 8).
-    fn alloc_mapped_host(&self, bytes: usize) -> GpuResult<MappedHostMemory> {
-        assert!(bytes > 0, "mapped host memory of 0 bytes");
-        self.state
-            .mapped_host_allocations
-            .fetch_add(1, Ordering::SeqCst);
-        let words = Box::leak(vec![0u64; bytes.div_ceil(8)].into_boxed_slice());
-        let host = words.as_mut_ptr().cast::<c_void>();
-        Ok(MappedHostMemory {
-            host,
-            device_addr: host as usize,
-        })
+    /// The device address of registered memory is its host address, as on the real drivers
+    /// under unified addressing.
+    unsafe fn register_mapped_host(&self, host: *mut c_void, bytes: usize) -> GpuResult<usize> {
+        assert!(bytes > 0, "a registration of 0 bytes");
+        self.state.mapped_host_allocations.fetch_add(1, Ordering::SeqCst);
+        self.state.registered.lock().unwrap().insert(host as usize, bytes);
+        Ok(host as usize)
+    }
+    fn mapped_device_addr(&self, host: *mut c_void) -> GpuResult<usize> {
+        match self.state.registered.lock().unwrap().contains_key(&(host as usize)) {
+            true => Ok(host as usize),
+            false => self.check("mockHostGetDevicePointer", 1).map(|()| 0),
+        }
     }
     fn synchronize(&self) -> GpuResult<()> {
         self.state.synchronizes.fetch_add(1, Ordering::SeqCst);

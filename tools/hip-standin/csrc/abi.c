@@ -22,6 +22,8 @@ const int standin_hipErrorNotSupported = hipErrorNotSupported;
 const int standin_hipErrorNotReady = hipErrorNotReady;
 const int standin_hipErrorInvalidConfiguration = hipErrorInvalidConfiguration;
 const int standin_hipErrorUnknown = hipErrorUnknown;
+const int standin_hipErrorHostMemoryAlreadyRegistered = hipErrorHostMemoryAlreadyRegistered;
+const int standin_hipErrorHostMemoryNotRegistered = hipErrorHostMemoryNotRegistered;
 
 // The host allocation flags, for the Rust side's checks.
 const unsigned standin_hipHostMallocMapped = hipHostMallocMapped;
@@ -30,6 +32,9 @@ const unsigned standin_hipHostMallocCoherent = hipHostMallocCoherent;
 const unsigned standin_hipHostMallocNonCoherent = hipHostMallocNonCoherent;
 const unsigned standin_hipHostMallocWriteCombined = hipHostMallocWriteCombined;
 const unsigned standin_hipHostMallocNumaUser = hipHostMallocNumaUser;
+const unsigned standin_hipHostRegisterPortable = hipHostRegisterPortable;
+const unsigned standin_hipHostRegisterMapped = hipHostRegisterMapped;
+const unsigned standin_hipExtHostRegisterCoarseGrained = hipExtHostRegisterCoarseGrained;
 
 // hipMemcpyKind, for hipMemcpy and hipMemcpyAsync.
 const int standin_hipMemcpyHostToHost = hipMemcpyHostToHost;

@@ -19,6 +19,8 @@ pub mod code {
     codes! {
         success = standin_hipSuccess;
         invalid_value = standin_hipErrorInvalidValue;
+        host_memory_already_registered = standin_hipErrorHostMemoryAlreadyRegistered;
+        host_memory_not_registered = standin_hipErrorHostMemoryNotRegistered;
         out_of_memory = standin_hipErrorOutOfMemory;
         invalid_device = standin_hipErrorInvalidDevice;
         invalid_device_pointer = standin_hipErrorInvalidDevicePointer;

@@ -15,6 +15,8 @@ enum Kind {
     Device,
     /// Pinned host memory; `mapped`: a kernel may reach it (hipHostGetDevicePointer).
     Host { mapped: bool },
+    /// The caller's own memory, registered (hipHostRegister): never freed here.
+    Registered { mapped: bool },
 }
 
 struct Allocation {
@@ -148,6 +150,46 @@ pub unsafe extern "C" fn hipFreeHost(addr: Handle) -> i32 {
     release("hipFreeHost", addr, true)
 }
 
+/// Registers the caller's `bytes` at `host` (hipHostRegister): its device pointer is itself. A
+/// range that overlaps an allocation or another registration is refused, as clr refuses it.
+#[no_mangle]
+pub unsafe extern "C" fn hipHostRegister(host: Handle, bytes: usize, flags: u32) -> i32 {
+    let call = "hipHostRegister";
+    extern "C" {
+        static standin_hipHostRegisterPortable: u32;
+        static standin_hipHostRegisterMapped: u32;
+        static standin_hipExtHostRegisterCoarseGrained: u32;
+    }
+    // SAFETY: `const unsigned` values of abi.c.
+    let (portable, mapped, coarse) =
+        unsafe { (standin_hipHostRegisterPortable, standin_hipHostRegisterMapped, standin_hipExtHostRegisterCoarseGrained) };
+    if host.is_null() || bytes == 0 || flags & !(portable | mapped | coarse) != 0 {
+        return fail(code::invalid_value(), call, format!("{host:?}, {bytes} bytes, flags {flags:#x}"));
+    }
+    let (start, end) = (host as usize, host as usize + bytes);
+    let mut live = allocations();
+    let overlaps = live.range(..end).next_back().is_some_and(|(&s, a)| s + a.bytes > start);
+    if overlaps {
+        return fail(code::host_memory_already_registered(), call, format!("{host:?} + {bytes} overlaps a live allocation or registration"));
+    }
+    // hipHostRegisterDefault (0) is mapped and portable too (hip_runtime_api.h).
+    live.insert(start, Allocation { bytes, kind: Kind::Registered { mapped: true } });
+    ok()
+}
+
+/// Undoes a registration made by [`hipHostRegister`].
+#[no_mangle]
+pub unsafe extern "C" fn hipHostUnregister(host: Handle) -> i32 {
+    let mut live = allocations();
+    match live.get(&(host as usize)).map(|a| a.kind) {
+        Some(Kind::Registered { .. }) => {
+            live.remove(&(host as usize));
+            ok()
+        }
+        _ => fail(code::host_memory_not_registered(), "hipHostUnregister", format!("{host:?} is not a registration's start")),
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn hipHostGetDevicePointer(device: *mut Handle, host: Handle, flags: u32) -> i32 {
     let call = "hipHostGetDevicePointer";
@@ -155,7 +197,7 @@ pub unsafe extern "C" fn hipHostGetDevicePointer(device: *mut Handle, host: Hand
         return fail(code::invalid_value(), call, format!("result {device:?}, flags {flags:#x} (must be 0)"));
     }
     match containing(host as usize) {
-        Some((_, _, Kind::Host { mapped: true })) => {
+        Some((_, _, Kind::Host { mapped: true } | Kind::Registered { mapped: true })) => {
             // SAFETY: non-null, the caller's writable pointer variable.
             unsafe { *device = host };
             ok()

@@ -10,7 +10,7 @@ use super::library::{self, Candidates, DriverLibrary};
 use super::loader::{driver_functions, symbol};
 use super::{
     call, device_limits_from_attributes, GpuError, text_or_unknown, Api, Backend, DeviceLimits, GpuResult,
-    Binding, Handle, SharedCalls,
+    Binding, Call, Handle, SharedCalls, StreamIdFn,
 };
 use super::{TensorMap, TiledView};
 
@@ -84,9 +84,6 @@ driver_functions! {
     }
 }
 
-/// `cuStreamGetId` (CUDA 12 drivers on): `CUstream`, `unsigned long long *`.
-type StreamIdFn = unsafe extern "C" fn(Handle, *mut u64) -> i32;
-
 /// `cuTensorMapEncodeTiled` (CUDA 12 drivers on): `CUtensorMap *`, `CUtensorMapDataType`, rank,
 /// global address, dims, strides (bytes, rank - 1 of them), box dims, element strides, and the
 /// interleave, swizzle, L2 promotion and out-of-bounds fill enums.
@@ -110,8 +107,6 @@ struct Cuda {
     /// Older drivers lack it: only the TMA kernels need it, so its absence is an `Err` at their
     /// launch rather than at opening the driver.
     encode_tiled: Option<EncodeTiledFn>,
-    /// Older drivers lack it too: streams are then known by their handles alone.
-    stream_get_id: Option<StreamIdFn>,
     shared: SharedCalls,
     /// `cuInit` answered `CUDA_ERROR_NO_DEVICE`: the driver works but sees no GPU.
     no_device: bool,
@@ -136,15 +131,17 @@ pub(super) fn open() -> GpuResult<Box<dyn Backend>> {
         unload_module: functions.cuModuleUnload,
         get_function: call!(functions.cuModuleGetFunction),
         launch: call!(functions.cuLaunchKernel),
+        // CUDA 12 drivers on: older ones know streams by their handles alone.
+        // SAFETY: StreamIdFn is cuStreamGetId's C signature from cuda.h.
+        stream_id: unsafe { symbol::<StreamIdFn>(library.library(), Api::Cuda, "cuStreamGetId") }
+            .ok()
+            .map(|function| Call { name: "cuStreamGetId", function }),
     };
     // SAFETY: EncodeTiledFn is cuTensorMapEncodeTiled's C signature from cuda.h.
     let encode_tiled = unsafe { symbol::<EncodeTiledFn>(library.library(), Api::Cuda, "cuTensorMapEncodeTiled") }.ok();
-    // SAFETY: StreamIdFn is cuStreamGetId's C signature from cuda.h.
-    let stream_get_id = unsafe { symbol::<StreamIdFn>(library.library(), Api::Cuda, "cuStreamGetId") }.ok();
     let cuda = Cuda {
         functions,
         encode_tiled,
-        stream_get_id,
         shared,
         no_device: status == CUDA_ERROR_NO_DEVICE,
         primary_contexts: Mutex::new(HashMap::new()),
@@ -396,16 +393,6 @@ impl Backend for Cuda {
         let status = unsafe { (self.functions.cuMemHostGetDevicePointer_v2)(&mut device, host, 0) };
         self.check("cuMemHostGetDevicePointer_v2", status)?;
         Ok(device as usize)
-    }
-
-    fn stream_id(&self, stream: usize) -> GpuResult<Option<u64>> {
-        let Some(get_id) = self.stream_get_id else {
-            return Ok(None);
-        };
-        let mut id = 0;
-        // SAFETY: `id` is a writable u64; the caller passes a live stream of the current context.
-        self.check("cuStreamGetId", unsafe { get_id(stream as Handle, &mut id) })?;
-        Ok(Some(id))
     }
 
     /// The current context, whoever made it: ours (a primary context) or the caller's own.

@@ -17,8 +17,8 @@ use super::compute_units::{compute_units, wgp_mode_from_environment};
 use super::library::{self, Candidates, DriverLibrary};
 use super::loader::{driver_functions, symbol};
 use super::{
-    call, device_limits_from_attributes, text_or_unknown, Api, Backend, DeviceLimits,
-    GpuError, GpuResult, Handle, SharedCalls,
+    call, device_limits_from_attributes, text_or_unknown, Api, Backend, Call, DeviceLimits,
+    GpuError, GpuResult, Handle, SharedCalls, StreamIdFn,
 };
 
 /// Where the HIP runtime is looked for. The versioned sonames are what a program linked against
@@ -36,8 +36,6 @@ const HIP_HOST_REGISTER_PORTABLE: u32 = 0x1;
 /// `hipExtHostRegisterCoarseGrained` the registration is fine-grained, so device writes reach the
 /// host while kernels run.
 const HIP_HOST_REGISTER_MAPPED: u32 = 0x2;
-/// `hipStreamGetId` (HIP 7; absent from HIP 6): `hipStream_t`, `unsigned long long *`.
-type StreamIdFn = unsafe extern "C" fn(Handle, *mut u64) -> i32;
 
 /// `hipErrorNoDevice`.
 const HIP_ERROR_NO_DEVICE: i32 = 100;
@@ -115,8 +113,6 @@ driver_functions! {
 struct Hip {
     functions: HipFunctions,
     shared: SharedCalls,
-    /// HIP 7's; `None` on HIP 6.
-    stream_get_id: Option<StreamIdFn>,
     /// Keeps the function pointers valid; never unloaded (the Driver is never dropped).
     library: DriverLibrary,
 }
@@ -126,8 +122,6 @@ pub(super) fn open() -> GpuResult<Box<dyn Backend>> {
     let library = library::open(Api::Hip, &CANDIDATES)?;
     // SAFETY: the table declares each function with its C signature from hip_runtime_api.h.
     let functions = unsafe { HipFunctions::resolve(library.library(), Api::Hip) }?;
-    // SAFETY: StreamIdFn is hipStreamGetId's C signature from HIP 7's hip_runtime_api.h.
-    let stream_get_id = unsafe { symbol::<StreamIdFn>(library.library(), Api::Hip, "hipStreamGetId") }.ok();
     let shared = SharedCalls {
         current_device: call!(functions.hipGetDevice),
         synchronize: call!(functions.hipDeviceSynchronize),
@@ -135,11 +129,15 @@ pub(super) fn open() -> GpuResult<Box<dyn Backend>> {
         unload_module: functions.hipModuleUnload,
         get_function: call!(functions.hipModuleGetFunction),
         launch: call!(functions.hipModuleLaunchKernel),
+        // HIP 7's; absent from HIP 6.
+        // SAFETY: StreamIdFn is hipStreamGetId's C signature from HIP 7's hip_runtime_api.h.
+        stream_id: unsafe { symbol::<StreamIdFn>(library.library(), Api::Hip, "hipStreamGetId") }
+            .ok()
+            .map(|function| Call { name: "hipStreamGetId", function }),
     };
     Ok(Box::new(Hip {
         functions,
         shared,
-        stream_get_id,
         library,
     }))
 }
@@ -318,16 +316,6 @@ impl Backend for Hip {
         let status = unsafe { (self.functions.hipHostGetDevicePointer)(&mut device, host, 0) };
         self.check("hipHostGetDevicePointer", status)?;
         Ok(device as usize)
-    }
-
-    fn stream_id(&self, stream: usize) -> GpuResult<Option<u64>> {
-        let Some(get_id) = self.stream_get_id else {
-            return Ok(None);
-        };
-        let mut id = 0;
-        // SAFETY: `id` is a writable u64; the caller passes a live stream of this runtime.
-        self.check("hipStreamGetId", unsafe { get_id(stream as Handle, &mut id) })?;
-        Ok(Some(id))
     }
 }
 

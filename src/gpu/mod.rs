@@ -55,6 +55,8 @@ macro_rules! call {
 use call;
 
 type UnloadFn = unsafe extern "C" fn(Handle) -> i32;
+/// A stream's identity: `hipStream_t` / `CUstream`, `unsigned long long *`.
+type StreamIdFn = unsafe extern "C" fn(Handle, *mut u64) -> i32;
 type LaunchFn = unsafe extern "C" fn(
     Handle,
     u32,
@@ -80,6 +82,8 @@ struct SharedCalls {
     unload_module: UnloadFn,
     get_function: Call<unsafe extern "C" fn(*mut Handle, Handle, *const c_char) -> i32>,
     launch: Call<LaunchFn>,
+    /// `hipStreamGetId` (HIP 7) / `cuStreamGetId` (CUDA 12): `None` where the driver lacks it.
+    stream_id: Option<Call<StreamIdFn>>,
 }
 
 /// What a thread has current, so that [`with_device`] gives exactly that back: nothing (CUDA:
@@ -134,8 +138,13 @@ trait Backend: Send + Sync {
     /// (`cuStreamGetId`, CUDA 12; `hipStreamGetId`, HIP 7): a stream created where a destroyed
     /// one's handle was gets another. `None` where the driver lacks it.
     fn stream_id(&self, stream: usize) -> GpuResult<Option<u64>> {
-        let _ = stream;
-        Ok(None)
+        let Some(Call { name, function }) = self.shared().stream_id else {
+            return Ok(None);
+        };
+        let mut id = 0;
+        // SAFETY: `id` is a writable u64; the caller passes a live stream of the current device.
+        self.check(name, unsafe { function(stream as Handle, &mut id) })?;
+        Ok(Some(id))
     }
     /// What this thread has current ([`Binding`]), changing nothing.
     fn current_binding(&self) -> GpuResult<Binding> {

@@ -222,6 +222,7 @@ pub(crate) fn mock_driver() -> (Driver, Arc<MockState>) {
             name: "mockLaunch",
             function: mock_launch,
         },
+        stream_id: None,
     };
     let backend = MockBackend {
         state: state.clone(),

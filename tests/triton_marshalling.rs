@@ -13,6 +13,8 @@ use flash_attn_rocm::triton::{
 };
 use rand::Rng;
 
+use common::images::{image, images};
+
 const BUFFERS: DeviceBuffers = common::outcome::FAKE_BUFFERS;
 /// An RX 7900 XTX's (gfx1100) limits: 64 KiB of LDS per workgroup.
 const RDNA3: DeviceLimits = DeviceLimits { max_shared_per_block: 64 * 1024, max_threads_per_block: 1024, host_native_atomics: true };
@@ -63,53 +65,6 @@ fn argument_structs_follow_the_kernel_signatures() {
         assert!(matches!(values[desc * 5], ArgValue::TensorMap(_)));
         assert!(matches!(values[desc * 5 + 1..desc * 5 + 5], [ArgValue::I32(_), ArgValue::I32(_), ArgValue::I64(_), ArgValue::I64(_)]));
     }
-}
-
-fn image(tile: Tile, family: Family, block_d: u32, even_d: bool, paged: bool, extras: bool) -> KernelImage {
-    let (block_m, block_n) = match tile {
-        Tile::Prefill | Tile::PrefillShort => (64, 32),
-        Tile::PrefillWs => (128, 128),
-        Tile::PrefillWalk => (128, 64),
-        Tile::Decode => (16, 64),
-        Tile::DecodeBatch => (16, 32),
-        Tile::Merge => (1, 16),
-    };
-    KernelImage {
-        target: "gfx1100",
-        variant: "test",
-        kernel: if family == Family::Fwd { "attn_fwd" } else { "attn_merge" },
-        family,
-        tile,
-        dtype: KernelDtype::F16,
-        block_d,
-        even_d,
-        paged,
-        extras,
-        ptr32: false,
-        block_m,
-        block_n,
-        threads: 128,
-        shared: 0,
-        scratch_args: 2,
-        image: &[],
-    }
-}
-
-/// Every variant the build makes for one target and dtype (f16 only).
-fn images() -> &'static [KernelImage] {
-    let mut all = Vec::new();
-    for block_d in [32, 64, 128, 256] {
-        for even in [true, false] {
-            for paged in [false, true] {
-                all.push(image(Tile::Prefill, Family::Fwd, block_d, even, paged, false));
-                all.push(image(Tile::Prefill, Family::Fwd, block_d, even, paged, true));
-                all.push(image(Tile::Decode, Family::Fwd, block_d, even, paged, false));
-                all.push(image(Tile::Decode, Family::Fwd, block_d, even, paged, true));
-            }
-        }
-        all.push(image(Tile::Merge, Family::Merge, block_d, false, false, false));
-    }
-    Box::leak(all.into_boxed_slice())
 }
 
 fn zeros(dims: &[usize], dtype: DType) -> Tensor {

@@ -16,13 +16,14 @@ mod scratch;
 
 use crate::gpu::{with_device, Api, Driver};
 use crate::triton::DeviceInfo;
-use crate::params::{AttnCall, Request};
+use crate::params::{block_table_for_kernels, rows_of_consecutive_ids, AttnCall, Request};
 use crate::rocm::dispatch::{choose, KernelChoice, KernelFamily};
 use crate::rocm::{lse_buffer_required, DeviceBuffers};
 use crate::explain::GpuWork;
 use crate::Dispatch;
 use candle::{DType, Layout, Result, Tensor};
-use scratch::{Scratch, Work};
+use crate::rocm::work::{side_row_strides, Work};
+use scratch::Scratch;
 
 /// A GPU device as the forward path needs it. Everything it queues goes on [`GpuDevice::stream`],
 /// and the allocator must order the reuse of a freed buffer after the work queued on that
@@ -191,19 +192,16 @@ fn queue<D: GpuDevice>(
 ) -> Result<(D::Buffer, Option<D::Buffer>)> {
     let built = built();
     let family = choose(call, &info.arch, info.limits, KernelChoice::from_env()?, &built)?;
+    let work = Work::plan(call, family, info.units, &built)?;
+    let launched = !matches!(work, Work::Nothing);
     // Rows of sequences are written by the kernels; rows past the last sequence get what the
-    // CPU backend returns (output 0, LSE -inf). CK is not launched for a call without keys
-    // (flash-attention's CK backend skips seqlen_k == 0), so its rows are prefilled too. With
-    // the seqlens left on the device, every row is prefilled (the kernels may empty sequences).
-    let (rows_written, any_keys) = match call.seqs.unread() {
-        None => (call.seqs.iter().map(|s| s.q_len).sum(), call.seqs.iter().any(|s| s.q_len > 0 && s.k_len > 0)),
-        Some(_) => (0, call.max_seqlen_q > 0 && call.max_seqlen_k > 0),
+    // CPU backend returns (output 0, LSE -inf), and so do all rows when nothing is launched.
+    // With the seqlens left on the device, every row is prefilled (the kernels may empty
+    // sequences).
+    let rows_written: usize = match call.seqs.unread() {
+        None => call.seqs.iter().map(|s| s.q_len).sum(),
+        Some(_) => 0,
     };
-    let launched = match family {
-        KernelFamily::Ck => any_keys,
-        KernelFamily::Triton(_) => true,
-    };
-    let work = if launched { Work::plan(call, family, info.units)? } else { Work::Nothing };
     // Told (and, under `explain`, stopped) before anything with a side effect: the fault words
     // below, the allocations.
     crate::explain::chosen(|| Ok(dispatch(driver, device.ordinal(), info, req, call, (family, &built), &work)))?;
@@ -221,7 +219,7 @@ fn queue<D: GpuDevice>(
     let lse_buffer = want_lse || matches!(family, KernelFamily::Triton(_)) || lse_buffer_required(call);
     let mut lse = lse_buffer.then(|| device.alloc(DType::F32, lse_len, false)).transpose()?;
     let mut scratch = Scratch::allocate(device, call, work)?;
-    let table = req.varlen.and_then(|v| v.block_table).map(table_with_unit_row_stride).transpose()?;
+    let table = req.varlen.and_then(|v| v.block_table).map(block_table_for_kernels).transpose()?;
     let side = side_tensors(req, call, table.as_ref());
     let mut buffers: Vec<&mut D::Buffer> = std::iter::once(&mut out).chain(lse.as_mut()).chain(scratch.buffers.iter_mut()).collect();
     device.with_addresses(&side, &mut buffers, |side_addrs, addrs| {
@@ -246,7 +244,7 @@ fn queue<D: GpuDevice>(
         attach_side_tensors(req, call, side_addrs, &mut buffers)?;
         let scratch_addrs = &addrs[1 + usize::from(lse_buffer)..];
         driver.queue_with_fault_word(device.ordinal(), stream, |fault| {
-            scratch.work.launch(driver, call, family, DeviceBuffers { fault, ..buffers }, scratch_addrs)
+            scratch::launch(driver, call, &scratch.work, DeviceBuffers { fault, ..buffers }, scratch_addrs)
         })
     })?;
     drop(scratch);
@@ -269,7 +267,7 @@ fn dispatch(
         Work::Nothing => GpuWork::Nothing(family),
         // The image the launch takes (`Kernels::fwd_for`): the 32-bit twin when every tensor
         // spans under 2 GiB, which depends on the side tensors' row strides as attached below.
-        Work::Triton(plan) => GpuWork::Triton { plan, fwd: plan.kernels.fwd_for(call, plan.num_splits, &side_row_strides(req)) },
+        Work::Triton(plan) => GpuWork::Triton { plan, fwd: plan.kernels.fwd_for(call, plan.num_splits, &side_row_strides(req, call)) },
         Work::Ck { split, .. } => GpuWork::Ck { tile: built.ck_fwd_tile(call.head_dim).unwrap_or(call.head_dim), split: split.as_ref() },
     };
     Dispatch::gpu(device, &info.arch, call, work)
@@ -287,38 +285,6 @@ fn side_tensors<'a>(req: &Request<'a>, call: &'a AttnCall, table: Option<&'a Ten
         side.extend(table);
     }
     side
-}
-
-/// `table` itself when the ids of each row are consecutive elements (the kernels read a row so),
-/// else a contiguous copy on its device: the CPU backend takes any strides, so a strided table
-/// is copied rather than refused. The copy is `affine(1, 0)`, exact for u32 and i32, because
-/// Candle devices have that kernel for both dtypes where they lack others: Candle 0.11.1's CUDA
-/// device has no strided copy (`ucopy_i32`) and no cast for i32, so `contiguous()` of an i32
-/// table failed with "named symbol not found".
-fn table_with_unit_row_stride(table: &Tensor) -> Result<Tensor> {
-    if unit_row_stride(table.layout()) {
-        return Ok(table.clone());
-    }
-    table.affine(1.0, 0.0)
-}
-
-/// Whether the ids of a block-table row (a `(b, max_blocks)` layout) are consecutive elements.
-fn unit_row_stride(layout: &Layout) -> bool {
-    layout.dims()[1] <= 1 || layout.stride()[1] == 1
-}
-
-/// The side tensors' row strides as [`attach_side_tensors`] will find them (the block table's
-/// after [`table_with_unit_row_stride`]), in otherwise empty buffers: what the 32-bit twin's
-/// choice reads before anything is allocated.
-fn side_row_strides(req: &Request<'_>) -> DeviceBuffers {
-    let varlen = req.varlen;
-    let table = varlen.and_then(|v| v.block_table).map(Tensor::layout);
-    let ranges = varlen.and_then(|v| v.mm_prefix_ranges).map(Tensor::layout);
-    DeviceBuffers {
-        block_table_row_stride: table.map_or(0, |l| if unit_row_stride(l) { l.stride()[0] } else { l.dims()[1] }),
-        mm_prefix_row_stride: ranges.map_or(0, |l| l.stride()[0]),
-        ..DeviceBuffers::default()
-    }
 }
 
 /// Points `buffers` at the side tensors (addresses of [`side_tensors`]' list): the ALiBi slopes
@@ -347,7 +313,7 @@ fn attach_side_tensors(
     buffers.seqstart_k = next().0;
     if varlen.block_table.is_some() {
         let (addr, layout) = next();
-        if !unit_row_stride(layout) {
+        if !rows_of_consecutive_ids(layout) {
             candle::bail!("flash-attn-rocm: block_table's last dim must be contiguous")
         }
         (buffers.block_table, buffers.block_table_row_stride) = (*addr, layout.stride()[0]);

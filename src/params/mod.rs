@@ -20,7 +20,7 @@ use candle::{DType, Layout, Result, Tensor};
 
 pub use layout::TensorView;
 pub use sequences::{Paging, Sequence, Sequences, UnreadSequences};
-pub use side::{AlibiSpec, MmPrefixSpec};
+pub use side::{block_table_for_kernels, rows_of_consecutive_ids, AlibiSpec, MmPrefixSpec};
 pub use window::Window;
 
 /// Largest head dimension accepted, as candle-flash-attn.
@@ -196,22 +196,9 @@ impl AttnCall {
         };
         let shapes = layout::Shapes::check(mode, q, k, v)?;
         let num_heads = shapes.num_heads;
-        let (seqs, max_seqlen_q, max_seqlen_k) = match &req.varlen {
-            None => {
-                let seqs = Sequences::uniform(shapes.batch, shapes.seqlen_q, shapes.seqlen_k);
-                (seqs, shapes.seqlen_q, shapes.seqlen_k)
-            }
-            Some(varlen) => {
-                let no_kernel_reads = varlen.max_seqlen_q == 0 || varlen.max_seqlen_k == 0 || shapes.rows_q == 0;
-                let seqs = if read_values || no_kernel_reads {
-                    Sequences::from_varlen(varlen, &shapes, k)?
-                } else {
-                    Sequences::from_varlen_unread(varlen, &shapes, k)?
-                };
-                (seqs, varlen.max_seqlen_q, varlen.max_seqlen_k)
-            }
-        };
-        let batch = seqs.len();
+        // Every check of shapes and scalars before any of values, in one order for both
+        // constructors: a call with a bad shape and a bad value gets the same error on every
+        // backend.
         let softcap = match req.softcap {
             Some(c) if !(c.is_finite() && c > 0.0) => {
                 candle::bail!("flash-attn-rocm: softcap must be finite and > 0, got {c}")
@@ -222,10 +209,20 @@ impl AttnCall {
             candle::bail!("flash-attn-rocm: softmax_scale must be finite, got {}", req.softmax_scale)
         }
         let alibi = req.alibi_slopes.map(|t| AlibiSpec::check(t, num_heads)).transpose()?;
-        let mm_prefix = match req.varlen.and_then(|v| v.mm_prefix_ranges) {
-            Some(t) => Some(MmPrefixSpec::check(t, batch)?),
-            None => None,
+        let (seqs, max_seqlen_q, max_seqlen_k, mm_prefix) = match &req.varlen {
+            None => {
+                let seqs = Sequences::uniform(shapes.batch, shapes.seqlen_q, shapes.seqlen_k);
+                (seqs, shapes.seqlen_q, shapes.seqlen_k, None)
+            }
+            Some(varlen) => {
+                let unread = Sequences::from_varlen_unread(varlen, &shapes, k)?;
+                let mm_prefix = varlen.mm_prefix_ranges.map(|t| MmPrefixSpec::check(t, unread.len())).transpose()?;
+                let no_kernel_reads = varlen.max_seqlen_q == 0 || varlen.max_seqlen_k == 0 || shapes.rows_q == 0;
+                let seqs = if read_values || no_kernel_reads { Sequences::from_varlen(varlen, &shapes, k)? } else { unread };
+                (seqs, varlen.max_seqlen_q, varlen.max_seqlen_k, mm_prefix)
+            }
         };
+        let batch = seqs.len();
         let window = Window::resolve(
             req.window_size_left,
             req.window_size_right,

@@ -1,6 +1,6 @@
 //! Checks of the optional side tensors: ALiBi slopes and multimodal prefix ranges.
 
-use candle::{DType, Result, Tensor};
+use candle::{DType, Layout, Result, Tensor};
 
 /// Validated ALiBi slopes: one f32 per query head, contiguous (CK reads `h` consecutive floats;
 /// a strided view is copied once here). The bias added to the logit of query row `i` and key
@@ -26,12 +26,36 @@ impl AlibiSpec {
     }
 }
 
+/// `table` (a checked `(b, max_blocks)` block table) itself when the ids of each row are
+/// consecutive elements, as the GPU kernels read a row, else a contiguous copy on its device:
+/// the CPU backend takes any strides, so a strided table is copied rather than refused.
+pub fn block_table_for_kernels(table: &Tensor) -> Result<Tensor> {
+    if rows_of_consecutive_ids(table.layout()) {
+        return Ok(table.clone());
+    }
+    copy_ids(table)
+}
+
+/// Whether the ids of each row of a `(b, max_blocks)` block-table layout are consecutive
+/// elements.
+pub fn rows_of_consecutive_ids(layout: &Layout) -> bool {
+    layout.dims()[1] <= 1 || layout.stride()[1] == 1
+}
+
+/// A contiguous copy of the u32/i32 tensor `t` on its device: `affine(1, 0)`, exact for both
+/// dtypes, because Candle devices have that kernel for both where they lack others. Candle
+/// 0.11.1's CUDA device has no strided copy (`ucopy_i32`) and no cast for i32, so
+/// `contiguous()` of an i32 table failed with "named symbol not found".
+fn copy_ids(t: &Tensor) -> Result<Tensor> {
+    t.affine(1.0, 0.0)
+}
+
 /// Validated `mm_prefix_ranges`: `(batch, max_ranges, 2)` i32 `[start, end)` key ranges inside
 /// which queries see every key of the range, whatever the causal/window mask says.
 #[derive(Debug, Clone)]
 pub struct MmPrefixSpec {
-    /// The caller's tensor: i32 `(batch, max_ranges, 2)` with a contiguous last dim, on the
-    /// caller's device. Values are key positions within the sequence; an empty range
+    /// The caller's tensor, i32 `(batch, max_ranges, 2)` on the caller's device, with each
+    /// sequence's pairs consecutive (a copy where the caller's were apart). Values are key positions within the sequence; an empty range
     /// (`end <= start`) lifts nothing.
     pub ranges: Tensor,
     /// Sequences (dim 0), equal to the call's batch size.
@@ -54,7 +78,10 @@ impl MmPrefixSpec {
         if t.stride().last() != Some(&1) {
             candle::bail!("flash-attn-rocm: the last dim of mm_prefix_ranges must be contiguous")
         }
-        Ok(Self { ranges: t.clone(), batch, max_ranges })
+        // The GPU kernels read a sequence's ranges as consecutive pairs: a view whose pairs are
+        // apart (narrowed out of a wider tensor) is copied, as the CPU backend takes it.
+        let ranges = if max_ranges <= 1 || t.stride()[1] == 2 { t.clone() } else { copy_ids(t)? };
+        Ok(Self { ranges, batch, max_ranges })
     }
 
     /// The ranges of every sequence, read to the host: `ranges[b]` lists `(start, end)`.

@@ -14,6 +14,7 @@ pub mod guard;
 mod launch;
 pub mod marshal;
 pub mod splitkv;
+pub mod work;
 
 pub use ffi::{CkBias, CkDtype, CkFwdParams, CkMask, CkSideTensorGuard, SideTensorFault};
 pub use guard::{guard_params, guard_scratch_len, guard_side_tensors, guarded_buffers};

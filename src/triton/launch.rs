@@ -1,9 +1,8 @@
 //! Loading the embedded code objects (once per device) and launching a [`Plan`] on a stream,
 //! through either driver (HIP on AMD GPUs, CUDA for the NVIDIA verification build).
 use super::args::ArgValue;
-use super::marshal::{fwd_args, merge_args, Plan};
-use super::registry::{Family, KernelImage, KERNELS};
-use super::tma;
+use super::marshal::{kernel_args, Plan};
+use super::registry::{KernelImage, KERNELS};
 use super::select::select;
 use crate::gpu::{Api, DeviceLimits, Driver, Function, Module, TensorMap};
 use crate::params::AttnCall;
@@ -116,26 +115,13 @@ pub unsafe fn launch(driver: &'static Driver, call: &AttnCall, plan: &Plan, buff
 /// # Safety
 /// As for [`launch`].
 unsafe fn launch_reporting_to(driver: &'static Driver, device: DeviceKey, call: &AttnCall, plan: &Plan, buffers: &DeviceBuffers) -> Result<()> {
-    let fwd = fwd_args(call, buffers, plan)?;
-    let image = plan.kernels.fwd_for(call, plan.num_splits, buffers);
-    let values = match image.family {
-        Family::FwdTma => {
-            let views = tma::views(call, &fwd, image);
-            let mut maps = [TensorMap::default(); 3];
-            for (map, view) in maps.iter_mut().zip(&views) {
-                *map = driver.encode_tensor_map(view)?;
-            }
-            tma::tma_args(call, &fwd, &views, maps)?.values()
-        }
-        _ => fwd.values(),
-    };
+    let args = kernel_args(call, plan, buffers, |view| Ok(driver.encode_tensor_map(view)?))?;
     // SAFETY: the argument list is the kernel's parameter list (FwdArgs mirrors attn_fwd and
     // TmaFwdArgs attn_fwd_tma, checked by a test against the sources), the grid is the plan's,
     // and the caller upholds the buffer and stream contract above (the descriptors describe
     // views inside q, k and v).
-    unsafe { run(driver, device, image, plan.grid, values, buffers.stream) }?;
-    if plan.num_splits > 1 {
-        let merge = merge_args(&fwd);
+    unsafe { run(driver, device, args.fwd, plan.grid, args.fwd_values, buffers.stream) }?;
+    if let Some(merge) = args.merge {
         // SAFETY: as above, with MergeArgs mirroring attn_merge; the stream orders it after attn_fwd.
         unsafe { run(driver, device, plan.kernels.merge, plan.merge_grid, merge.values(), buffers.stream) }?;
     }
@@ -185,7 +171,7 @@ mod tests {
     use super::*;
     use crate::gpu::tests::mock::mock_driver;
     use crate::params::{Request, VarLenRequest};
-    use crate::triton::{KernelDtype, Kernels, Tile};
+    use crate::triton::{Family, KernelDtype, Kernels, Tile};
     use candle::{DType, Device, Tensor};
     use std::sync::atomic::Ordering;
 

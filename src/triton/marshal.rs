@@ -1,7 +1,8 @@
 //! From a validated [`AttnCall`] and device addresses to the Triton kernels' launch: grid, key
 //! splits and the exact argument structs. Pure Rust, tested in every build.
-use super::args::{FwdArgs, MergeArgs};
-use super::registry::{KernelImage, Tile};
+use super::args::{ArgValue, FwdArgs, MergeArgs};
+use super::registry::{Family, KernelImage, Tile};
+use super::tma::{self, TensorMap, TiledView};
 use super::select::Kernels;
 use super::split;
 use crate::params::{AttnCall, Mode};
@@ -249,6 +250,44 @@ pub fn fwd_args(call: &AttnCall, buffers: &DeviceBuffers, plan: &Plan) -> Result
         num_splits: plan.num_splits as i32,
         split_len: int("split length", plan.split_len)?,
     })
+}
+
+/// The kernels a launch of `plan` runs and the arguments they get.
+#[derive(Debug)]
+pub struct KernelArgs {
+    /// The forward image the launch takes ([`super::Kernels::fwd_for`]).
+    pub fwd: &'static KernelImage,
+    /// Its argument values, in its parameters' order.
+    pub fwd_values: Vec<ArgValue>,
+    /// The merge's arguments when the keys are split.
+    pub merge: Option<MergeArgs>,
+}
+
+/// The arguments a launch of `plan` for `call` on `buffers` passes, checked as the launch
+/// checks them; `encode` makes the TMA kernel's descriptors (the driver's, or any stand-in
+/// where nothing is launched). Pure but for `encode`: the launch and
+/// [`crate::rocm::work::dry_run`] build their arguments here.
+pub fn kernel_args(
+    call: &AttnCall,
+    plan: &Plan,
+    buffers: &DeviceBuffers,
+    mut encode: impl FnMut(&TiledView) -> Result<TensorMap>,
+) -> Result<KernelArgs> {
+    let fwd = fwd_args(call, buffers, plan)?;
+    let image = plan.kernels.fwd_for(call, plan.num_splits, buffers);
+    let fwd_values = match image.family {
+        Family::FwdTma => {
+            let views = tma::views(call, &fwd, image);
+            let mut maps = [TensorMap::default(); 3];
+            for (map, view) in maps.iter_mut().zip(&views) {
+                *map = encode(view)?;
+            }
+            tma::tma_args(call, &fwd, &views, maps)?.values()
+        }
+        _ => fwd.values(),
+    };
+    let merge = (plan.num_splits > 1).then(|| merge_args(&fwd));
+    Ok(KernelArgs { fwd: image, fwd_values, merge })
 }
 
 /// `attn_merge`'s arguments, from the same call's `attn_fwd` arguments.

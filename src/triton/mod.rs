@@ -25,6 +25,6 @@ pub mod tma;
 pub use args::{ArgValue, FwdArgs, MergeArgs, TensorDescArg, TmaFwdArgs};
 #[cfg(feature = "triton")]
 pub use launch::{current_device, launch, plan, take_faults, DeviceInfo};
-pub use marshal::{fwd_args, merge_args, Plan, BATCHED_DECODE_WAVES};
+pub use marshal::{fwd_args, kernel_args, merge_args, KernelArgs, Plan, BATCHED_DECODE_WAVES};
 pub use registry::{Family, KernelDtype, KernelImage, Tile, KERNELS};
 pub use select::{embedded_targets, needs_extras, select, BatchedDecode, Kernels, DECODE_ROWS};

@@ -6,6 +6,7 @@
 pub mod batch;
 pub mod calls;
 pub mod expected;
+pub mod images;
 pub mod outcome;
 pub mod ragged;
 pub mod reference;

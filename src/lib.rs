@@ -81,7 +81,9 @@
 //! - **paged K/V**: key `j` of sequence `i` lives at
 //!   `k[block_table[i, j / page_block_size], j % page_block_size]`; `seqlens_k` still counts
 //!   each sequence's keys cumulatively. The CPU backend and the Triton kernels serve any page
-//!   size; CK serves multiples of 128.
+//!   size; CK serves multiples of 128. The block table (u32 or i32) may have any strides, and
+//!   `mm_prefix_ranges` any whose last dim is contiguous: where the GPU kernels need consecutive
+//!   elements, the call copies them.
 //!
 //! # Masks and options
 //!

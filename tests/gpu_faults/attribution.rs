@@ -163,11 +163,16 @@ impl LongBadCall {
 
     /// Queues the call (it returns `Ok`: the values are the kernels' business).
     fn queue(&self) {
+        drop(self.call());
+    }
+
+    /// Queues the call and returns its output.
+    fn call(&self) -> Tensor {
         fa::flash_attn_varlen_paged_windowed(
             &self.q, &self.cache, &self.cache, &self.seqlens_q, &self.seqlens_k, &self.table, None, self.len, self.len,
             0.088, None, None, Self::PAGE, None,
         )
-        .expect("bad ids are the kernels' business");
+        .expect("bad ids are the kernels' business")
     }
 }
 
@@ -331,7 +336,12 @@ pub fn a_bad_call_of_an_ended_thread_fails_no_other_thread() {
     fa::take_gpu_faults().expect_err("the warm-up's bad call is reported");
     for round in 0..3 {
         watchdog.at(format!("round {round}: the bad call's thread"));
-        std::thread::scope(|scope| scope.spawn(|| long.queue()).join().unwrap());
+        // The output is dropped here, not on the ended thread: that thread has no current
+        // context after our call, and Candle frees a buffer without binding its own (the
+        // free failed there, and Candle's device then failed its next operation on any thread
+        // with CUDA_ERROR_INVALID_CONTEXT: docs/testing.md).
+        let output = std::thread::scope(|scope| scope.spawn(|| long.call()).join().unwrap());
+        drop(output);
         watchdog.at(format!("round {round}: four new threads queue valid calls"));
         let results: Vec<(Vec<Tensor>, usize)> = std::thread::scope(|scope| {
             let threads: Vec<_> = (0..4)

@@ -85,12 +85,15 @@ fn check_paged_with_ranges(
         .map(|r| RefOpts { mm_prefix: if with_prefix { r.clone() } else { vec![] }, ..f.ref_opts(max.1) })
         .collect();
     let exp = expected(&x.seqs(), &opts, heads, dtype, LseLayout::VarLen);
-    let flat: Vec<i32> = ranges.iter().flatten().flat_map(|&(a, b)| [a as i32, b as i32]).collect();
-    let ranges_t = Tensor::from_vec(flat, (lens.len(), 2, 2), &Device::Cpu).unwrap();
+    // Half the time each sequence's pairs lie apart (narrowed out of triples), which the CPU
+    // takes and the GPU path copies.
+    let width = if rng.gen_bool(0.5) { 3 } else { 2 };
+    let flat: Vec<i32> = ranges.iter().flatten().flat_map(|&(a, b)| [a as i32, b as i32, -7].into_iter().take(width)).collect();
+    let ranges_t = Tensor::from_vec(flat, (lens.len(), 2, width), &Device::Cpu).unwrap().narrow(2, 0, 2).unwrap();
     let (sq, sk) = x.seqlens();
     let mut args = vec![&x.q, &p.k_pages, &p.v_pages, &sq, &sk, &p.table];
     args.extend(with_prefix.then_some(&ranges_t));
-    let what = format!("paged {dtype:?} page {page} heads {heads:?} prefix {with_prefix}");
+    let what = format!("paged {dtype:?} page {page} heads {heads:?} prefix {with_prefix} ranges strides {:?}", ranges_t.stride());
     check_gpu_vs_cpu(&what, cpu, &args, &exp, |a| {
         let (kv, lens) = paged_args(a, page, max);
         out_only(calls::paged(&a[0], &kv, a.get(6), &lens, f))

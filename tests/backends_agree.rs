@@ -13,9 +13,9 @@ mod common;
 
 use candle::{DType, Device, Tensor};
 use common::images::images_for;
-use flash_attn_rocm::params::{block_table_for_kernels, AttnCall, Mode, Request, VarLenRequest};
+use flash_attn_rocm::params::{block_table_for_kernels, prefix_ranges_for_kernels, AttnCall, Mode, Request, VarLenRequest};
 use flash_attn_rocm::rocm::dispatch::{Built, KernelChoice, KernelFamily};
-use flash_attn_rocm::rocm::work::{dry_run, DeviceShape, Work};
+use flash_attn_rocm::rocm::work::{dry_run, side_row_strides, DeviceShape, Work, WorkArgs};
 use flash_attn_rocm::rocm::DeviceBuffers;
 use flash_attn_rocm::triton::targets::DeviceLimits;
 use flash_attn_rocm::triton::KernelDtype;
@@ -159,7 +159,12 @@ fn draw(rng: &mut StdRng) -> Draw {
     let slopes = (mode != 2 && one_in(rng, 4)).then(|| zeros(&[if one_in(rng, 20) { h + 1 } else { h }], DType::F32));
     let (q, k, v, varlen) = match mode {
         0 => {
-            let (b, s_q, s_k) = (rng.gen_range(0..=3), rng.gen_range(0..=40), rng.gen_range(0..=60));
+            // Now and then a decode or short prefill over many keys: the plans split the keys
+            // (Triton's merge, CK's split-KV is for paged calls only).
+            let (b, s_q, s_k) = match one_in(rng, 6) {
+                true => (rng.gen_range(1..=2), rng.gen_range(1..=4), rng.gen_range(500..=4000)),
+                false => (rng.gen_range(0..=3), rng.gen_range(0..=40), rng.gen_range(0..=60)),
+            };
             let q = view(rng, &[b, s_q, h, d], dtype, 1);
             let k = view(rng, &[b, s_k, h_k, d], k_dtype, 1);
             let v = view(rng, &[b, s_k, h_k, d], dtype, 1);
@@ -194,7 +199,8 @@ fn lengths(rng: &mut StdRng, batch: usize, most: u32) -> Vec<u32> {
 /// A varlen or paged call's q/k/v and side tensors, with a bad value now and then.
 fn ragged(rng: &mut StdRng, (h, h_k, d): (usize, usize, usize), (dtype, k_dtype): (DType, DType), paged: bool) -> (Tensor, Tensor, Tensor, Option<Ragged>) {
     let batch = rng.gen_range(1..=4);
-    let (lens_q, lens_k) = (lengths(rng, batch, 20), lengths(rng, batch, 70));
+    let most_k = if one_in(rng, 6) { 3000 } else { 70 };
+    let (lens_q, lens_k) = (lengths(rng, batch, 20), lengths(rng, batch, most_k));
     let (mut cu_q, mut cu_k) = (cumulative(&lens_q), cumulative(&lens_k));
     let rows_q = match rng.gen_range(0..15) {
         0 => 0,
@@ -251,12 +257,24 @@ fn ragged(rng: &mut StdRng, (h, h_k, d): (usize, usize, usize), (dtype, k_dtype)
 }
 
 /// `(batch, r, 2)` i32 ranges, sometimes with each sequence's pairs apart (narrowed out of
-/// triples).
+/// triples), sometimes with rows further apart than `2 r` (narrowed out of more ranges).
 fn prefix_ranges(rng: &mut StdRng, batch: usize) -> Tensor {
     let r = rng.gen_range(1..=3);
     let width = if one_in(rng, 2) { 3 } else { 2 };
-    let data: Vec<i32> = (0..batch * r * width).map(|_| rng.gen_range(0..40)).collect();
-    Tensor::from_vec(data, &[batch, r, width], &Device::Cpu).unwrap().narrow(2, 0, 2).unwrap()
+    let stored = r + usize::from(one_in(rng, 2));
+    let data: Vec<i32> = (0..batch * stored * width).map(|_| rng.gen_range(0..40)).collect();
+    let t = Tensor::from_vec(data, &[batch, stored, width], &Device::Cpu).unwrap();
+    t.narrow(1, 0, r).unwrap().narrow(2, 0, 2).unwrap()
+}
+
+/// The row strides the planner gives the kernels before anything is allocated
+/// ([`side_row_strides`]) are those of the side tensors the glue attaches.
+fn check_side_row_strides(what: &str, req: &Request<'_>, call: &AttnCall) {
+    let planned = side_row_strides(req, call);
+    let table = req.varlen.and_then(|v| v.block_table).map(|t| block_table_for_kernels(t).unwrap().stride()[0]);
+    let ranges = call.mm_prefix.as_ref().map(|m| prefix_ranges_for_kernels(m).unwrap().stride()[0]);
+    assert_eq!(planned.block_table_row_stride, table.unwrap_or(0), "{what}: the block table's row stride");
+    assert_eq!(planned.mm_prefix_row_stride, ranges.unwrap_or(0), "{what}: the prefix ranges' row stride");
 }
 
 /// The AMD devices the GPU path is asked about: an MI300X with CK (every tile) and Triton, and an
@@ -282,26 +300,57 @@ fn gpu_limit(call: &AttnCall) -> Option<&'static str> {
     }
 }
 
+/// What the draws exercised on the GPU path: split plans of each family, and calls run without
+/// an LSE buffer.
+#[derive(Default, Debug)]
+struct Tally {
+    triton_splits: usize,
+    ck_splits: usize,
+    ck_without_lse: usize,
+}
+
 /// The GPU path's answer for `call` on every device and under every `FLASH_ATTN_ROCM_KERNELS`
 /// choice, checked: `auto` and `triton` run what the CPU runs but for a GPU limit; `ck`
-/// refuses only in the family choice, naming why, or runs it.
-fn check_gpu_path(what: &str, req: &Request<'_>, call: &AttnCall) {
+/// refuses only in the family choice, naming why (on a device without CK: that it was not
+/// built for it), or runs it; `auto` runs CK's answer where CK serves the call, else Triton's.
+fn check_gpu_path(what: &str, req: &Request<'_>, call: &AttnCall, want_lse: bool, tally: &mut Tally) {
     for (device, built) in devices() {
-        for choice in [KernelChoice::Auto, KernelChoice::Triton, KernelChoice::Ck] {
-            let run = dry_run(req, call, device, choice, &built, &BUFFERS);
-            let label = format!("{what}\n  on {} under {choice:?}", device.arch);
-            match (&run, choice, gpu_limit(call)) {
-                (Ok((family, work, _)), _, None) => check_work(&label, call, *family, work),
+        let runs = [KernelChoice::Auto, KernelChoice::Triton, KernelChoice::Ck]
+            .map(|choice| (choice, dry_run(req, call, device, choice, &built, &BUFFERS, want_lse)));
+        for (choice, run) in &runs {
+            let label = format!("{what}\n  on {} under {choice:?}, want_lse {want_lse}", device.arch);
+            match (run, choice, gpu_limit(call)) {
+                (Ok((family, work, args)), _, None) => check_work(&label, call, *family, work, args, want_lse),
                 // Nothing to compute: no kernel, so no kernel's limit.
-                (Ok((family, work, _)), _, Some(_)) if !work.launches() => check_work(&label, call, *family, work),
+                (Ok((family, work, args)), _, Some(_)) if !work.launches() => check_work(&label, call, *family, work, args, want_lse),
                 (Err(e), KernelChoice::Ck, _) => {
                     let e = e.to_string();
                     assert!(e.starts_with("flash-attn-rocm: FLASH_ATTN_ROCM_KERNELS=ck: "), "{label}: CK failed past its choice: {e}");
+                    if built.ck_archs.is_empty() {
+                        assert!(e.contains(&format!("not {}", device.arch)), "{label}: CK refused, not for want of a build: {e}");
+                    }
                 }
                 (Err(e), _, Some(limit)) => assert!(e.to_string().contains(limit), "{label}: refused, not for {limit:?}: {e}"),
                 (Err(e), _, None) => panic!("{label}: the CPU runs it, the GPU path refuses it: {e}"),
                 (Ok(_), KernelChoice::Ck, Some(limit)) => panic!("{label}: CK took a call beyond its limit ({limit})"),
                 (Ok(_), _, Some(limit)) => panic!("{label}: the GPU path took a call beyond its limit ({limit})"),
+            }
+        }
+        let [(_, auto), (_, triton), (_, ck)] = &runs;
+        let label = format!("{what}\n  on {}", device.arch);
+        let family = |run: &Result<(KernelFamily, Work, _), _>| run.as_ref().map(|r| format!("{:?} {:?}", r.0, r.1)).map_err(|_| ());
+        match ck {
+            Ok(_) => assert_eq!(family(auto), family(ck), "{label}: auto does not run what CK serves"),
+            Err(_) => assert_eq!(family(auto).ok(), family(triton).ok(), "{label}: auto does not run Triton where CK cannot serve"),
+        }
+        for (_, run) in runs {
+            match run {
+                Ok((_, Work::Triton(plan), _)) if plan.num_splits > 1 => tally.triton_splits += 1,
+                Ok((_, Work::Ck { split: Some(_), .. }, _)) => tally.ck_splits += 1,
+                _ => {}
+            }
+            if let Ok((_, _, WorkArgs::Ck { params, .. })) = run {
+                tally.ck_without_lse += usize::from(!params.has_lse);
             }
         }
     }
@@ -310,7 +359,7 @@ fn check_gpu_path(what: &str, req: &Request<'_>, call: &AttnCall) {
 /// What a planned call launches: a kernel for every sequence that has query rows and keys (or,
 /// with the values unread, for every call with rows of q and both maxima above 0), and the CK
 /// guard for every call with seqlens.
-fn check_work(label: &str, call: &AttnCall, family: KernelFamily, work: &Work) {
+fn check_work(label: &str, call: &AttnCall, family: KernelFamily, work: &Work, args: &WorkArgs, want_lse: bool) {
     let computes = match call.seqs.unread() {
         None => call.seqs.iter().any(|s| s.q_len > 0 && s.k_len > 0),
         Some(_) => true,
@@ -322,11 +371,29 @@ fn check_work(label: &str, call: &AttnCall, family: KernelFamily, work: &Work) {
             assert_eq!(*guard, call.mode != Mode::Batch, "{label}: the guard");
             assert_eq!(split.is_some(), call.seqs.paging.is_some(), "{label}: the split-KV plan");
         }
-        (KernelFamily::Triton(_), Work::Triton(_)) => {
+        (KernelFamily::Triton(_), Work::Triton(plan)) => {
             let rows = call.seqs.unread().is_some() || (call.total_q > 0 && call.max_seqlen_q > 0 && call.batch > 0);
             assert_eq!(work.launches(), rows, "{label}: the Triton grid");
+            if let WorkArgs::Triton(args) = args {
+                let merged = args.merge.as_ref().map(|m| (m.num_splits, m.lse, m.out));
+                let expected = (plan.num_splits > 1).then_some((plan.num_splits as i32, BUFFERS.lse as u64, BUFFERS.out as u64));
+                assert_eq!(merged, expected, "{label}: the merge of {} splits", plan.num_splits);
+            }
         }
         (family, work) => panic!("{label}: {family:?} planned {work:?}"),
+    }
+    match args {
+        WorkArgs::Nothing => assert!(!work.launches(), "{label}: {work:?} without arguments"),
+        WorkArgs::Triton(_) => assert!(matches!(work, Work::Triton(_)), "{label}: Triton arguments for {work:?}"),
+        WorkArgs::Ck { guard, params } => {
+            assert!(matches!(work, Work::Ck { .. }), "{label}: CK arguments for {work:?}");
+            assert_eq!(guard.is_some(), call.mode != Mode::Batch, "{label}: the guard's arguments");
+            // The caller's LSE buffer receives the LSE; without one CK takes a variant that writes none,
+            // or scratch where the build has only LSE-writing ones.
+            if want_lse {
+                assert!(params.has_lse && params.lse_ptr == BUFFERS.lse, "{label}: CK's LSE is not the caller's buffer");
+            }
+        }
     }
 }
 
@@ -334,9 +401,14 @@ fn check_work(label: &str, call: &AttnCall, family: KernelFamily, work: &Work) {
 /// and report to the call's fault word (`params::faults`): a sequence that steps back, passes
 /// the rows, outgrows its maximum or its block-table row, or a block id outside the cache.
 fn reported_by_the_kernels(err: &str) -> bool {
-    ["must be non-decreasing", "longer than max_seqlen", "points past the end of", "block_table has", "is out of range for"]
-        .iter()
-        .any(|kind| err.contains(kind))
+    let kinds: [&[&str]; 5] = [
+        &["must be non-decreasing"],
+        &["longer than max_seqlen"],
+        &["points past the end of"],
+        &["needs", "block_table has", "columns"],
+        &["is out of range for"],
+    ];
+    kinds.iter().any(|kind| kind.iter().all(|part| err.contains(part)))
 }
 
 /// The first line of an error (a backtrace may follow).
@@ -348,9 +420,11 @@ fn first_line(e: &candle::Error) -> String {
 fn every_backend_accepts_and_refuses_a_call_alike() {
     let mut rng = common::rng("every_backend_accepts_and_refuses_a_call_alike");
     let (mut accepted, mut refused, mut left_to_kernels) = (0, 0, 0);
+    let mut tally = Tally::default();
     for trial in 0..3000 {
         let draw = draw(&mut rng);
         let req = draw.request();
+        let want_lse = one_in(&mut rng, 2);
         let what = format!(
             "trial {trial}: q {:?} {:?} k {:?} {:?} {:?}, scale {}, window {:?}, softcap {:?}, alibi {:?}, varlen {:?}",
             draw.q.dims(),
@@ -376,21 +450,23 @@ fn every_backend_accepts_and_refuses_a_call_alike() {
                 if device.seqs.unread().is_none() {
                     assert_eq!(host.seqs.iter().collect::<Vec<_>>(), device.seqs.iter().collect::<Vec<_>>(), "{what}");
                 }
-                check_gpu_path(&what, &req, &host);
-                check_gpu_path(&what, &req, &device);
+                check_side_row_strides(&what, &req, &host);
+                check_gpu_path(&what, &req, &host, want_lse, &mut tally);
+                check_gpu_path(&what, &req, &device, want_lse, &mut tally);
             }
             (Err(host), Ok(device)) => {
                 left_to_kernels += 1;
                 let host = first_line(&host);
                 assert!(device.seqs.unread().is_some(), "{what}: the CPU refuses ({host}), the GPU path read the values and took them");
                 assert!(reported_by_the_kernels(&host), "{what}: the CPU refuses ({host}), no GPU kernel checks that");
-                check_gpu_path(&what, &req, &device);
+                check_gpu_path(&what, &req, &device, want_lse, &mut tally);
             }
             (Ok(_), Err(device)) => panic!("{what}: the CPU takes it, the GPU path refuses: {device}"),
         }
     }
-    eprintln!("{accepted} accepted, {refused} refused by both, {left_to_kernels} left to the kernels' checks");
+    eprintln!("{accepted} accepted, {refused} refused by both, {left_to_kernels} left to the kernels' checks; {tally:?}");
     assert!(accepted > 600 && refused > 300 && left_to_kernels > 100, "the draw covers each outcome");
+    assert!(tally.triton_splits > 100 && tally.ck_splits > 50 && tally.ck_without_lse > 50, "the draw covers split plans and CK without an LSE: {tally:?}");
 }
 
 fn describe(r: &Ragged) -> String {

@@ -16,13 +16,15 @@ mod scratch;
 
 use crate::gpu::{with_device, Api, Driver};
 use crate::triton::DeviceInfo;
-use crate::params::{block_table_for_kernels, rows_of_consecutive_ids, AttnCall, Request};
+use crate::params::{
+    block_table_for_kernels, pairs_of_each_sequence_consecutive, prefix_ranges_for_kernels, rows_of_consecutive_ids, AttnCall, Request,
+};
 use crate::rocm::dispatch::{choose, KernelChoice, KernelFamily};
-use crate::rocm::{lse_buffer_required, DeviceBuffers};
+use crate::rocm::DeviceBuffers;
 use crate::explain::GpuWork;
 use crate::Dispatch;
 use candle::{DType, Layout, Result, Tensor};
-use crate::rocm::work::{side_row_strides, Work};
+use crate::rocm::work::{lse_buffer, side_row_strides, Work};
 use scratch::Scratch;
 
 /// A GPU device as the forward path needs it. Everything it queues goes on [`GpuDevice::stream`],
@@ -214,16 +216,17 @@ fn queue<D: GpuDevice>(
     let prefill = !launched || rows_written < call.total_q;
     let mut out = device.alloc(call.dtype, call.total_q * call.num_heads * call.head_dim, prefill)?;
     let lse_len: usize = call.lse_dims().iter().product();
-    // An LSE buffer when the kernels need one the caller does not want (CK's LSE-writing build,
-    // and the Triton kernels always); dropped after the call.
-    let lse_buffer = want_lse || matches!(family, KernelFamily::Triton(_)) || lse_buffer_required(call);
-    let mut lse = lse_buffer.then(|| device.alloc(DType::F32, lse_len, false)).transpose()?;
+    // An LSE buffer also when the kernels write one the caller does not want; dropped after the
+    // call.
+    let writes_lse = lse_buffer(call, family, want_lse);
+    let mut lse = writes_lse.then(|| device.alloc(DType::F32, lse_len, false)).transpose()?;
     let mut scratch = Scratch::allocate(device, call, work)?;
     let table = req.varlen.and_then(|v| v.block_table).map(block_table_for_kernels).transpose()?;
-    let side = side_tensors(req, call, table.as_ref());
+    let ranges = call.mm_prefix.as_ref().map(prefix_ranges_for_kernels).transpose()?;
+    let side = side_tensors(req, call, table.as_ref(), ranges.as_ref());
     let mut buffers: Vec<&mut D::Buffer> = std::iter::once(&mut out).chain(lse.as_mut()).chain(scratch.buffers.iter_mut()).collect();
     device.with_addresses(&side, &mut buffers, |side_addrs, addrs| {
-        let lse_addr = if lse_buffer { addrs[1] } else { 0 };
+        let lse_addr = if writes_lse { addrs[1] } else { 0 };
         if prefill && lse_addr != 0 {
             // SAFETY: the LSE buffer was just allocated with `lse_len` f32 values on this
             // device, and the fill is queued on its stream before any kernel that writes it.
@@ -242,7 +245,7 @@ fn queue<D: GpuDevice>(
             ..DeviceBuffers::default()
         };
         attach_side_tensors(req, call, side_addrs, &mut buffers)?;
-        let scratch_addrs = &addrs[1 + usize::from(lse_buffer)..];
+        let scratch_addrs = &addrs[1 + usize::from(writes_lse)..];
         driver.queue_with_fault_word(device.ordinal(), stream, |fault| {
             scratch::launch(driver, call, &scratch.work, DeviceBuffers { fault, ..buffers }, scratch_addrs)
         })
@@ -274,12 +277,13 @@ fn dispatch(
 }
 
 /// The request's side tensors the kernels read in place, in the order
-/// [`attach_side_tensors`] takes their addresses; `table` is the request's block table with a
-/// contiguous last dim.
-fn side_tensors<'a>(req: &Request<'a>, call: &'a AttnCall, table: Option<&'a Tensor>) -> Vec<&'a Tensor> {
+/// [`attach_side_tensors`] takes their addresses; `table` and `ranges` are the request's block
+/// table and prefix ranges as the kernels read them ([`block_table_for_kernels`],
+/// [`prefix_ranges_for_kernels`]).
+fn side_tensors<'a>(req: &Request<'a>, call: &'a AttnCall, table: Option<&'a Tensor>, ranges: Option<&'a Tensor>) -> Vec<&'a Tensor> {
     let mut side = Vec::new();
     side.extend(call.alibi.as_ref().map(|a| &a.slopes));
-    side.extend(call.mm_prefix.as_ref().map(|m| &m.ranges));
+    side.extend(ranges);
     if let Some(varlen) = req.varlen {
         side.extend([varlen.seqlens_q, varlen.seqlens_k]);
         side.extend(table);
@@ -304,6 +308,9 @@ fn attach_side_tensors(
     }
     if call.mm_prefix.is_some() {
         let (addr, layout) = next();
+        if !pairs_of_each_sequence_consecutive(layout) {
+            candle::bail!("flash-attn-rocm: each sequence's mm_prefix_ranges must be consecutive pairs")
+        }
         (buffers.mm_prefix, buffers.mm_prefix_row_stride) = (*addr, layout.stride()[0]);
     }
     let Some(varlen) = req.varlen else {

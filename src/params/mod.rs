@@ -20,7 +20,10 @@ use candle::{DType, Layout, Result, Tensor};
 
 pub use layout::TensorView;
 pub use sequences::{Paging, Sequence, Sequences, UnreadSequences};
-pub use side::{block_table_for_kernels, rows_of_consecutive_ids, AlibiSpec, MmPrefixSpec};
+pub use side::{
+    block_table_for_kernels, pairs_of_each_sequence_consecutive, prefix_ranges_for_kernels, rows_of_consecutive_ids, AlibiSpec,
+    MmPrefixSpec,
+};
 pub use window::Window;
 
 /// Largest head dimension accepted, as candle-flash-attn.

@@ -42,6 +42,22 @@ pub fn rows_of_consecutive_ids(layout: &Layout) -> bool {
     layout.dims()[1] <= 1 || layout.stride()[1] == 1
 }
 
+/// `spec`'s ranges as the GPU kernels read them, each sequence's pairs consecutive: the
+/// caller's tensor, or a contiguous copy on its device where the pairs are apart (a view
+/// narrowed out of a wider tensor, which the CPU backend takes).
+pub fn prefix_ranges_for_kernels(spec: &MmPrefixSpec) -> Result<Tensor> {
+    match pairs_of_each_sequence_consecutive(spec.ranges.layout()) {
+        true => Ok(spec.ranges.clone()),
+        false => copy_ids(&spec.ranges),
+    }
+}
+
+/// Whether each sequence's `(start, end)` pairs of a checked `(b, max_ranges, 2)` layout are
+/// consecutive elements.
+pub fn pairs_of_each_sequence_consecutive(layout: &Layout) -> bool {
+    layout.dims()[1] <= 1 || layout.stride()[1] == 2
+}
+
 /// A contiguous copy of the u32/i32 tensor `t` on its device: `affine(1, 0)`, exact for both
 /// dtypes, because Candle devices have that kernel for both where they lack others. Candle
 /// 0.11.1's CUDA device has no strided copy (`ucopy_i32`) and no cast for i32, so
@@ -54,9 +70,10 @@ fn copy_ids(t: &Tensor) -> Result<Tensor> {
 /// which queries see every key of the range, whatever the causal/window mask says.
 #[derive(Debug, Clone)]
 pub struct MmPrefixSpec {
-    /// The caller's tensor, i32 `(batch, max_ranges, 2)` on the caller's device, with each
-    /// sequence's pairs consecutive (a copy where the caller's were apart). Values are key positions within the sequence; an empty range
-    /// (`end <= start`) lifts nothing.
+    /// The caller's tensor, i32 `(batch, max_ranges, 2)` on the caller's device, of any
+    /// strides but a contiguous last dim (the GPU path copies it where a sequence's pairs are
+    /// apart: [`prefix_ranges_for_kernels`]). Values are key positions within the sequence; an
+    /// empty range (`end <= start`) lifts nothing.
     pub ranges: Tensor,
     /// Sequences (dim 0), equal to the call's batch size.
     pub batch: usize,
@@ -78,10 +95,7 @@ impl MmPrefixSpec {
         if t.stride().last() != Some(&1) {
             candle::bail!("flash-attn-rocm: the last dim of mm_prefix_ranges must be contiguous")
         }
-        // The GPU kernels read a sequence's ranges as consecutive pairs: a view whose pairs are
-        // apart (narrowed out of a wider tensor) is copied, as the CPU backend takes it.
-        let ranges = if max_ranges <= 1 || t.stride()[1] == 2 { t.clone() } else { copy_ids(t)? };
-        Ok(Self { ranges, batch, max_ranges })
+        Ok(Self { ranges: t.clone(), batch, max_ranges })
     }
 
     /// The ranges of every sequence, read to the host: `ranges[b]` lists `(start, end)`.

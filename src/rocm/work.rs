@@ -7,7 +7,8 @@ use super::ffi::{CkFwdParams, CkSideTensorGuard};
 use super::guard::{guard_params, guard_scratch_len, guarded_buffers};
 use super::marshal::{check_ck_params, ck_fwd_params, DeviceBuffers};
 use super::splitkv::{plan_split_kv, split_kv_scratch_lens, SplitKv};
-use crate::params::{rows_of_consecutive_ids, AttnCall, Mode, Request};
+use super::marshal::lse_buffer_required;
+use crate::params::{pairs_of_each_sequence_consecutive, rows_of_consecutive_ids, AttnCall, Mode, Request};
 use crate::triton::targets::DeviceLimits;
 use crate::triton::tma::TensorMap;
 use crate::triton::{kernel_args, KernelArgs, Plan};
@@ -150,15 +151,25 @@ fn ck_computes(call: &AttnCall) -> bool {
     }
 }
 
-/// The side tensors' row strides as the glue attaches them to `buffers` (the block table's
-/// after [`crate::params::block_table_for_kernels`]), in otherwise empty buffers: what the
+/// Whether `family`'s launch of `call` writes an LSE buffer: the caller's, or scratch where the
+/// caller wants none but the kernels write one anyway (the Triton kernels always; CK's
+/// LSE-writing build for non-paged calls).
+pub fn lse_buffer(call: &AttnCall, family: KernelFamily, want_lse: bool) -> bool {
+    want_lse || matches!(family, KernelFamily::Triton(_)) || lse_buffer_required(call)
+}
+
+/// The side tensors' row strides as the glue attaches them to `buffers` (after
+/// [`crate::params::block_table_for_kernels`] and [`crate::params::prefix_ranges_for_kernels`]), in otherwise empty buffers: what the
 /// 32-bit twin's choice reads before anything is allocated.
 pub fn side_row_strides(req: &Request<'_>, call: &AttnCall) -> DeviceBuffers {
     let table = req.varlen.and_then(|v| v.block_table).map(Tensor::layout);
     let table_row_stride = |l: &Layout| if rows_of_consecutive_ids(l) { l.stride()[0] } else { l.dims()[1] };
     DeviceBuffers {
         block_table_row_stride: table.map_or(0, table_row_stride),
-        mm_prefix_row_stride: call.mm_prefix.as_ref().map_or(0, |m| m.ranges.stride()[0]),
+        mm_prefix_row_stride: call.mm_prefix.as_ref().map_or(0, |m| match pairs_of_each_sequence_consecutive(m.ranges.layout()) {
+            true => m.ranges.stride()[0],
+            false => 2 * m.max_ranges,
+        }),
         ..DeviceBuffers::default()
     }
 }
@@ -178,7 +189,8 @@ pub struct DeviceShape<'a> {
 /// The device path without a device: the family that `choice` and `built` give `call` (validated
 /// from `req`) on `device`, its work, and the arguments of every kernel it would launch at
 /// `buffers` (made-up addresses will do: the side tensors' row strides are the glue's, the
-/// scratch gets addresses after `buffers.fault`). An `Err` is the one the
+/// scratch gets addresses after `buffers.fault`, and the LSE's is 0 where [`lse_buffer`] says
+/// the glue passes none for a caller who does not `want_lse`). An `Err` is the one the
 /// GPU call returns before launching anything. The host test that every backend accepts and
 /// refuses a call alike (tests/backends_agree.rs) runs it for random calls.
 pub fn dry_run(
@@ -188,6 +200,7 @@ pub fn dry_run(
     choice: KernelChoice,
     built: &Built,
     buffers: &DeviceBuffers,
+    want_lse: bool,
 ) -> Result<(KernelFamily, Work, WorkArgs)> {
     let family = choose(call, device.arch, device.limits, choice, built)?;
     let work = Work::plan(call, family, device.units, built)?;
@@ -196,6 +209,7 @@ pub fn dry_run(
     let buffers = DeviceBuffers {
         block_table_row_stride: strides.block_table_row_stride,
         mm_prefix_row_stride: strides.mm_prefix_row_stride,
+        lse: if lse_buffer(call, family, want_lse) { buffers.lse } else { 0 },
         ..*buffers
     };
     let args = work.args(call, buffers, &scratch, |_| Ok(TensorMap::default()))?;

@@ -179,12 +179,6 @@ pub fn fwd_args(call: &AttnCall, buffers: &DeviceBuffers, plan: &Plan) -> Result
     if call.max_seqlen_k.max(call.max_seqlen_q) >= 1 << 30 {
         candle::bail!("flash-attn-rocm: sequences of 2^30 or more tokens are not supported by the Triton path")
     }
-    if let Some(m) = &call.mm_prefix {
-        // The kernel reads range r of a sequence at `row + 2 r`.
-        if m.max_ranges > 1 && m.ranges.stride()[1] != 2 {
-            candle::bail!("flash-attn-rocm: mm_prefix_ranges must be contiguous in its last two dims for the Triton path")
-        }
-    }
     let (stride_lb, stride_lh) = if group { (0, call.total_q) } else { (h * call.max_seqlen_q, call.max_seqlen_q) };
     let paging = call.seqs.paging.as_ref();
     // Bounds the kernels check each sequence's cumulative seqlens against (varlen modes).

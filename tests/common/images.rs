@@ -34,13 +34,14 @@ pub fn image(tile: Tile, family: Family, block_d: u32, even_d: bool, paged: bool
     }
 }
 
-/// Every variant the build makes for one target and dtype (gfx1100, f16).
+/// The AMD fast-path variants for one target and dtype (gfx1100, f16).
 pub fn images() -> &'static [KernelImage] {
     images_for(&["gfx1100"], &[KernelDtype::F16])
 }
 
-/// Every variant the build makes (the head-dim tiles 32 to 256, even and padded head dims,
-/// flat and paged, plain and extras, the merge) for each of `targets` and `dtypes`.
+/// Stand-ins for the variants the planner chooses among on AMD (the head-dim tiles 32 to 256,
+/// even and padded head dims, flat and paged, plain and extras, the merge) for each of
+/// `targets` and `dtypes`. NVIDIA-only variants (TMA, 32-bit pointers) are not among them.
 pub fn images_for(targets: &[&'static str], dtypes: &[KernelDtype]) -> &'static [KernelImage] {
     let mut all = Vec::new();
     for (&target, &dtype) in targets.iter().flat_map(|t| dtypes.iter().map(move |d| (t, d))) {

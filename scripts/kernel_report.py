@@ -24,9 +24,12 @@ Columns and definitions:
   scratch     metadata .private_segment_fixed_size (bytes per lane).
   LDS         metadata .group_segment_fixed_size (static) + the manifest's `shared` (the dynamic
               LDS the launcher passes), bytes per work-group.
-  waves/SIMD  from registers and from LDS, computed below (arch_facts); in parentheses the
-              `; Occupancy:` the compiler printed (registers, capped by the kernel's waves_per_eu
-              hint where it has one; it does not know the dynamic LDS).
+  waves/SIMD  from registers and from LDS, computed below (arch_facts). The registers are those
+              the kernel descriptor asks for (`.amdhsa_next_free_vgpr`, what the hardware
+              allocates), not .vgpr_count: LLVM raises the descriptor's count to hold a kernel to
+              its `amdgpu-waves-per-eu` (Triton asks 6 on RDNA). In parentheses the `; Occupancy:`
+              the compiler printed; --check fails where it differs from the waves the descriptor's
+              registers and the static LDS allow (LLVM does not know the dynamic LDS).
   hot loop    the loop (LLVM's `Loop Header` / `in Loop: Header=` annotations of the assembly; a
               backward branch alone is not one: LLVM places loop exits before the loop too) that
               contains the most matrix instructions (`v_wmma*`, `v_swmmac*`, `v_mfma*`,
@@ -61,6 +64,7 @@ Columns and definitions:
   The floor is then 64 instructions per 4096 MACs for f16 (v_dot2c, wave32), 128 for bf16.
 
 --check (for CI): exits 1 listing every `fwd` kernel of ours (not the reference rows) whose
+occupancy from its descriptor disagrees with LLVM's, or whose
 issued/useful is above 1.00 (without matrix cores: whose dot/FMA issued/useful is above
 FMA_REPEAT_LIMIT, well above the softmax's own FMAs and below the 2.00 of any repeated
 product), or whose head-dim tile is <= 128 and whose hot loop has scratch stores or loads.
@@ -364,6 +368,21 @@ def hot_loop(blocks, fma_wave=None):
     return best, keyed[best], others
 
 
+DESCRIPTOR_BLOCK = re.compile(r"^\s*\.amdhsa_kernel\s+(\S+)\s*$(.*?)^\s*\.end_amdhsa_kernel", re.M | re.S)
+
+
+def descriptor_vgprs(asm, kernel):
+    """The VGPRs the kernel descriptor of `kernel` asks for (`.amdhsa_next_free_vgpr` of its
+    `.amdhsa_kernel` block, from which the assembler encodes COMPUTE_PGM_RSRC1's VGPR block count,
+    what the hardware allocates), or None where the assembly has no descriptor block. LLVM raises
+    it above the registers used (.vgpr_count) to hold a kernel to its `amdgpu-waves-per-eu`."""
+    for block in DESCRIPTOR_BLOCK.finditer(asm):
+        if kernel is None or block.group(1) == kernel:
+            found = re.search(r"^\s*\.amdhsa_next_free_vgpr\s+(\d+)", block.group(2), re.M)
+            return int(found.group(1)) if found else None
+    return None
+
+
 def kernel_metadata(asm, kernel=None):
     """The `.amdhsa.kernels` entry of `kernel` (the only one when None), plus LLVM's
     `; Occupancy:` comment (None when absent)."""
@@ -380,6 +399,7 @@ def kernel_metadata(asm, kernel=None):
     md["llvm_occupancy"] = int(occupancy.group(1)) if occupancy else None
     arch_vgprs = re.search(r"^; NumVgprs: (\d+)", asm, re.M)
     md["arch_vgprs"] = int(arch_vgprs.group(1)) if arch_vgprs else None
+    md["descriptor_vgprs"] = descriptor_vgprs(asm, md.get(".name"))
     md["target"] = (doc.get("amdhsa.target") or "").rpartition("--")[2].split(":")[0]
     return md
 
@@ -451,7 +471,9 @@ def analyze(source, target, kernel, family, block_m, block_n, block_d, threads, 
         "arch_vgprs": md["arch_vgprs"], "sgpr_spills": int(md.get(".sgpr_spill_count", 0)), "vgpr_spills": int(md.get(".vgpr_spill_count", 0)),
         "scratch": int(md.get(".private_segment_fixed_size", 0)), "lds": lds,
         "llvm_occupancy": md["llvm_occupancy"], "has_agprs": ".agpr_count" in md,
-        "waves_regs": waves_from_registers(arch, vgprs, agprs, sgprs) if arch else None,
+        "descriptor_vgprs": md["descriptor_vgprs"], "allocated_vgprs": max(vgprs, md["descriptor_vgprs"] or 0),
+        "waves_regs": waves_from_registers(arch, max(vgprs, md["descriptor_vgprs"] or 0), agprs, sgprs) if arch else None,
+        "waves_static_lds": waves_from_lds(arch, lds - dynamic_lds, waves) if arch else None,
         "waves_lds": waves_from_lds(arch, lds, waves) if arch else None,
         "dots": dot_layouts(ttgir) if ttgir is not None else None,
         "matrix_cores": bool(arch is None or arch["matrix"]),
@@ -829,6 +851,14 @@ def summaries(rows):
     return out
 
 
+def occupancy_disagrees(row):
+    """Whether the waves per SIMD from the descriptor's registers and the static LDS differ from
+    LLVM's `; Occupancy:` (which knows no dynamic LDS): the register model is then wrong."""
+    if row["llvm_occupancy"] is None or row["waves_regs"] is None:
+        return False
+    return min(row["waves_regs"], row["waves_static_lds"]) != row["llvm_occupancy"]
+
+
 def check(rows):
     """Problems --check reports: repeated matrix work, or key-loop spills at d <= 128."""
     problems = []
@@ -846,6 +876,9 @@ def check(rows):
         if row["issued_useful"] is not None and row["issued_useful"] > 1.0 + 1e-9:
             problems.append(f"{where}: issued/useful matrix work {row['issued_useful']:.2f} > 1.00 "
                             f"(tile {row['block_m']}x{row['block_n']}, {row['warps']} warps, dots {format_dots(row['dots'])})")
+        if occupancy_disagrees(row):
+            problems.append(f"{where}: {row['waves_regs']} waves/SIMD from {row['allocated_vgprs']} VGPRs "
+                            f"(static LDS: {row['waves_static_lds']}), LLVM's `; Occupancy:` {row['llvm_occupancy']}")
         if row["block_d"] <= 128 and loop_spills(row):
             problems.append(f"{where}: {row['hot']['stores']} scratch stores and {row['hot']['loads']} loads in the "
                             f"key loop (head-dim tile {row['block_d']})")

@@ -49,12 +49,28 @@ amdhsa.version:
 """
 
 
+def descriptor(next_free_vgpr):
+    """The kernel descriptor's block as LLVM writes it into the assembly (the fields read here)."""
+    if next_free_vgpr is None:
+        return ""
+    return f"""	.rodata
+	.p2align	6, 0x0
+	.amdhsa_kernel attn_fwd
+		.amdhsa_group_segment_fixed_size 0
+		.amdhsa_next_free_vgpr {next_free_vgpr}
+		.amdhsa_next_free_sgpr 83
+	.end_amdhsa_kernel
+	.text
+"""
+
+
 def fill(n, mnemonic="v_add_f32_e32 v0, v1, v2"):
     return "".join(f"\t{mnemonic}\n" for _ in range(n))
 
 
 def kernel_asm(hot_wmma=20, hot_other=387, masked_extra=50, spill_in_hot=False, target="gfx1100", vgprs=237,
-               agprs=0, sgprs=79, threads=256, wave=32, scratch=0, spills=0, static_lds=0, matrix=None):
+               agprs=0, sgprs=79, threads=256, wave=32, scratch=0, spills=0, static_lds=0, matrix=None,
+               occupancy=6, descriptor_vgprs=None):
     """A kernel shaped like attn_fwd's: a masked key loop, an unmasked one (the hot loop, with an
     atomic retry loop nested in it), a masked one whose exit branches back to an epilogue laid out
     before it, and LLVM's loop annotations, .Ltmp labels and `; %bb.N:` blocks."""
@@ -93,8 +109,8 @@ attn_fwd:                               ; @attn_fwd
 	.size	attn_fwd, .Lfunc_end0-attn_fwd
 ; Kernel info:
 ; NumVgprs: {vgprs - agprs}
-; Occupancy: 6
-""" + METADATA.format(target=target, vgprs=vgprs, agprs=agprs, sgprs=sgprs, threads=threads, wave=wave,
+; Occupancy: {occupancy}
+{descriptor(descriptor_vgprs)}""" + METADATA.format(target=target, vgprs=vgprs, agprs=agprs, sgprs=sgprs, threads=threads, wave=wave,
                       scratch=scratch, spills=spills, static_lds=static_lds)
 
 
@@ -282,6 +298,29 @@ class OccupancyTest(unittest.TestCase):
         self.assertEqual(self.waves("gfx1030", 256), 4)
         self.assertEqual(self.waves("gfx1031", 111), 9)
 
+    def test_registers_of_the_descriptor(self):
+        # Issue 59: triton's gfx1201 d = 64 prefill (waves_per_eu 6) uses 133 VGPRs; LLVM's
+        # descriptor asks for 217, and occupancy is that of 217 (LLVM's own `; Occupancy: 6`), not
+        # the 10 waves of 133.
+        asm = kernel_asm(hot_wmma=8, target="gfx1201", vgprs=133, descriptor_vgprs=217)
+        self.assertEqual(kr.descriptor_vgprs(asm, "attn_fwd"), 217)
+        self.assertIsNone(kr.descriptor_vgprs(asm, "another_kernel"))
+        self.assertIsNone(kr.descriptor_vgprs(kernel_asm(), "attn_fwd"))
+        row = analyze(asm, target="gfx1201")
+        row.update(variant="fwd_prefill_fp16_d64_flat", tile="prefill", dtype="fp16", even_d=True, paged=False,
+                   extras=False)
+        self.assertEqual((row["vgprs"], row["descriptor_vgprs"], row["waves_regs"]), (133, 217, 6))
+        self.assertEqual(kr.check([row]), [])
+        # Without the descriptor's count the registers give 10 waves, and the check names the
+        # disagreement with LLVM's remark.
+        unpadded = analyze(kernel_asm(hot_wmma=8, target="gfx1201", vgprs=133), target="gfx1201")
+        unpadded.update(row, descriptor_vgprs=None, allocated_vgprs=133, waves_regs=unpadded["waves_regs"])
+        problems = kr.check([unpadded])
+        self.assertEqual(unpadded["waves_regs"], 10)
+        self.assertEqual(len(problems), 1, problems)
+        self.assertIn("gfx1201 fwd_prefill_fp16_d64_flat: 10 waves/SIMD from 133 VGPRs", problems[0])
+        self.assertIn("LLVM's `; Occupancy:` 6", problems[0])
+
     def test_matrix_cores(self):
         for target in ("gfx908", "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1151", "gfx1201"):
             self.assertTrue(kr.arch_facts(target)["matrix"], target)
@@ -345,7 +384,7 @@ class MetricsTest(unittest.TestCase):
 
     def test_check_on_the_small_register_parts(self):
         # gfx1103 (1024 VGPRs) is checked as gfx1100 is: key-loop scratch at d <= 128 fails.
-        good = analyze(kernel_asm(hot_wmma=8, target="gfx1103", vgprs=144), target="gfx1103")
+        good = analyze(kernel_asm(hot_wmma=8, target="gfx1103", vgprs=144, occupancy=7), target="gfx1103")
         good.update(variant="fwd_prefill_fp16_d64_flat", tile="prefill", dtype="fp16", even_d=True, paged=False,
                     extras=False)
         self.assertEqual((good["waves_regs"], kr.check([good])), (7, []))

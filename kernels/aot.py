@@ -66,26 +66,30 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   without key-loop scratch, bf16 2 loads; 128x32 gave 14.3 with 10 before the scale fold).
 # - gfx1151 (RDNA 3.5) has gfx1100's register file and takes its tiles; AMD's kernel has a config
 #   of its own there (128x64, waves_per_eu 2): ours issues as many at d = 128 (21.8 / 24.6 against
-#   22.2 / 25.4, 6 waves both), 1.11x / 1.07x at d = 64 (24.8 / 28.9 against 22.3 / 26.9, 7 waves
-#   against 5) for gfx1100's reason below, 1.09x / 1.07x at d = 256 (6 waves against 5).
+#   22.2 / 25.4, 6 waves against 5), 1.11x / 1.07x at d = 64 (24.8 / 28.9 against 22.3 / 26.9, 6
+#   waves against 5) for gfx1100's reason below, 1.09x / 1.07x at d = 256 (6 waves against 5).
+# - Waves per SIMD here are those of the registers the kernel descriptor asks for
+#   (scripts/kernel_report.py), not those a kernel uses: LLVM asks for the count of waves_per_eu's
+#   occupancy, so every RDNA tile at waves_per_eu 6, ours and AMD's, runs 6 waves however few
+#   VGPRs it uses.
 # - Where no tile gives both AMD's occupancy and at most its instructions, fewer instructions
-#   win unless the occupancy gap is large. gfx12 d = 64: 128x32 (f16 18.0, bf16 22.2 per 4096
-#   MACs against AMD's 19.2 / 23.1; 10 waves per SIMD against its 12) over 128x64 (15.5 / 19.4,
-#   7 waves); waves_per_eu 12 gives 12 waves at 20.4 / 25.9: at 120 VGPRs LLVM issues the K/V
-#   operand loads from LDS two at a time and waits on each pair (48 s_wait_dscnt per 16 WMMAs
-#   against AMD's kernel's 25, which holds 112 VGPRs at waves_per_eu 6). gfx12 d = 128: 128x64
-#   reaches AMD's 7 waves (198 VGPRs) at 14.3 / 17.1 against its 14.7 / 16.7 (128x32: 14.3 /
-#   16.1 at 6 waves; waves_per_eu 7 on 128x32: 16.0 / 18.8); its paged variants issue fewer too
-#   (f16 20.1 against 128x32's 20.8, bf16 22.5 against 22.9), at 6 waves either way.
+#   win unless the occupancy gap is large. gfx12 d = 64: 128x64 (f16 15.5, bf16 19.4 per 4096
+#   MACs, paged 22.7 / 27.5, no spills) against AMD's 19.2 / 23.1, 6 waves both; 128x32 issues
+#   17.9 / 22.2 (paged 27.4 / 31.6) at 6 waves too; waves_per_eu 12 gives 128x32 12 waves at
+#   20.4 / 25.9: at 120 VGPRs LLVM issues the K/V operand loads from LDS two at a time and waits
+#   on each pair (48 s_wait_dscnt per 16 WMMAs against AMD's kernel's 25, which uses 112 VGPRs at
+#   waves_per_eu 6). gfx12 d = 128: 128x64 at 14.3 / 17.1 against AMD's 14.7 / 16.7 (128x32:
+#   14.3 / 16.1; waves_per_eu 7 on 128x32: 16.0 / 18.8), 6 waves both; its paged variants issue
+#   fewer too (f16 20.1 against 128x32's 20.8, bf16 22.5 against 22.9).
 # - The softmax (attention.py's _attend) takes the row maximum on the unscaled scores and folds
 #   the scale into the exponent's FMA, as AMD's kernel does: gfx1100 d = 64 f16 hot loop 398 to
 #   394 instructions per 16 WMMAs (24.9 to 24.6 per 4096 MACs, bf16 29.4 to 29.1; d = 128 22.4 /
 #   25.3 to 21.9 / 24.6, below AMD's 22.2 / 25.6). The rest of
 #   the gap to AMD's 22.6 / 27.2 there is its 64-key tile: ours at 128x64 holds 168 VGPRs
-#   (9 waves) and waits on every pair of LDS operand loads (164 s_waitcnt per 32 WMMAs against
+#   and waits on every pair of LDS operand loads (164 s_waitcnt per 32 WMMAs against
 #   AMD's 31 at 240 VGPRs), 26.3 per 4096; with triton's schedule_hint "memory-bound-attention"
-#   128x64 reaches 21.3 (f16) at 5 waves and spills (bf16 32.3), 128x32 24.1. So gfx1100 d = 64
-#   keeps 128x32: 7 waves per SIMD against AMD's 6.
+#   128x64 reaches 21.3 (f16) and spills (bf16 32.3), 128x32 24.1. So gfx1100 d = 64 keeps
+#   128x32, at AMD's 6 waves.
 # - rdna3_small (gfx1103 figures, f16; bf16 checked without key-loop scratch): waves_per_eu is
 #   the register budget, and 4 gives these parts 256 VGPRs, what 6 gives gfx1100 (240): at
 #   d >= 128 every class keeps gfx1100's tile at 4 waves. No tile keeps the d = 128 key loop out
@@ -206,7 +210,7 @@ TILES = {
     ("rdna3_small", "prefill_x"): {32: (128, 32, 8, 1, 5), 64: (128, 32, 8, 1, 4), 128: (64, 16, 4, 1, 4), 256: (64, 16, 4, 1, 4)},
     ("rdna3_small", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 4), 128: (16, 16, 1, 1, 4), 256: (16, 16, 1, 1, 4)},
     ("rdna3_small", "decode_paged"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 4), 128: (32, 16, 2, 1, 4), 256: (16, 16, 1, 1, 4)},
-    ("rdna4", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 64, 8, 1, 6), 256: (128, 16, 8, 1, 6)},
+    ("rdna4", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 6), 128: (128, 64, 8, 1, 6), 256: (128, 16, 8, 1, 6)},
     ("rdna4", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (64, 16, 4, 1, 6)},
     ("rdna4", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 32, 1, 1, 6), 256: (16, 16, 1, 1, 6)},
     ("rdna2", "prefill"): {32: (64, 16, 8, 2, 6), 64: (64, 16, 8, 2, 6), 128: (16, 16, 8, 2, 6), 256: (16, 16, 8, 1, 6)},

@@ -66,7 +66,7 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   without key-loop scratch, bf16 2 loads; 128x32 gave 14.3 with 10 before the scale fold).
 # - gfx1151 (RDNA 3.5) has gfx1100's register file and takes its tiles; AMD's kernel has a config
 #   of its own there (128x64, waves_per_eu 2): ours issues as many at d = 128 (21.8 / 24.6 against
-#   22.2 / 25.4, 6 waves against 5), 1.11x / 1.07x at d = 64 (24.8 / 28.9 against 22.3 / 26.9, 6
+#   22.2 / 25.4, 6 waves against 5), 1.11x / 1.07x at d = 64 (24.8 / 28.9 against 22.3 / 26.9, 7
 #   waves against 5) for gfx1100's reason below, 1.09x / 1.07x at d = 256 (6 waves against 5).
 # - Waves per SIMD here are those of the registers the kernel descriptor asks for
 #   (scripts/kernel_report.py), not those a kernel uses: LLVM asks for the count of waves_per_eu's
@@ -89,7 +89,9 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   and waits on every pair of LDS operand loads (164 s_waitcnt per 32 WMMAs against
 #   AMD's 31 at 240 VGPRs), 26.3 per 4096; with triton's schedule_hint "memory-bound-attention"
 #   128x64 reaches 21.3 (f16) and spills (bf16 32.3), 128x32 24.1. So gfx1100 d = 64 keeps
-#   128x32, at AMD's 6 waves.
+#   128x32, at waves_per_eu 7: its 198 VGPRs (gfx1151: 197) fit 7 waves' 216 with the same code
+#   as at 6 (24.6 / 29.1, no spills), one wave more than AMD's kernel; the paged variants (211-213
+#   VGPRs) keep 6 (prefill_paged).
 # - rdna3_small (gfx1103 figures, f16; bf16 checked without key-loop scratch): waves_per_eu is
 #   the register budget, and 4 gives these parts 256 VGPRs, what 6 gives gfx1100 (240): at
 #   d >= 128 every class keeps gfx1100's tile at 4 waves. No tile keeps the d = 128 key loop out
@@ -200,7 +202,7 @@ TILES = {
     ("cdna", "prefill_paged"): {32: (128, 64, 4, 1, 2), 64: (128, 64, 4, 1, 2), 128: (128, 32, 4, 1, 2), 256: (128, 32, 4, 1, 2)},
     ("cdna", "prefill_x"): {32: (128, 64, 4, 1, 2), 64: (128, 64, 4, 1, 2), 128: (128, 32, 4, 1, 2), 256: (128, 64, 8, 1, 2)},
     ("cdna", "decode"): {32: (16, 64, 1, 1, 0), 64: (16, 64, 1, 1, 0), 128: (16, 64, 1, 1, 0), 256: (16, 32, 1, 1, 0)},
-    ("rdna3", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 64, 8, 1, 6), 256: (128, 32, 8, 1, 6)},
+    ("rdna3", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 7), 128: (128, 64, 8, 1, 6), 256: (128, 32, 8, 1, 6)},
     ("rdna3", "prefill_paged"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (128, 32, 8, 1, 6)},
     ("rdna3", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (64, 16, 4, 1, 6), 256: (64, 16, 4, 1, 6)},
     ("rdna3", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 16, 1, 1, 5), 256: (16, 16, 1, 1, 6)},

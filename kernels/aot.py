@@ -99,7 +99,7 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   7, 128x16 at 6: 16, 64x16 at 6: 9); AMD's kernel, compiled for gfx1103 at its RDNA default
 #   (128x32, waves_per_eu 6), runs 6 waves by reading scratch 26 times per key tile (26.3 per
 #   4096 MACs against ours 21.8 at 4 waves). d = 64 prefill 128x32 at 7 (28.5 at 7 waves, against
-#   AMD's 30.4 at 8: at 8 ours reloads 4 in the loop, 128x16 at 8 issues 36.0); paged at 6 (22
+#   AMD's 30.4 at 6: at 8 ours reloads 4 in the loop, 128x16 at 8 issues 36.0); paged at 6 (22
 #   spills outside the loop at 7); extras 128x32 at 4 (77.1; at 5 and more the loop reloads,
 #   64x16 at 5 issues 87.6); decode at 4 (at 5 and 6 some decode variant reloads in its loop,
 #   e.g. paged_b32 4 at 6, flat_x_b32 4 at 5). Paged decode d = 128: 32x16 over 2 waves, 16 rows

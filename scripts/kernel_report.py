@@ -860,7 +860,8 @@ def occupancy_disagrees(row):
 
 
 def check(rows):
-    """Problems --check reports: repeated matrix work, or key-loop spills at d <= 128."""
+    """Problems --check reports: repeated matrix work, key-loop spills at d <= 128, or waves per
+    SIMD from the descriptor that LLVM's remark contradicts."""
     problems = []
     for row in sorted(rows, key=sort_key):
         if row["source"] != OURS or row["family"] != "fwd":

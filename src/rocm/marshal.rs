@@ -47,7 +47,7 @@ pub struct DeviceBuffers {
     /// [`super::split_kv_scratch_lens`]`.1` elements; required there.
     pub o_acc: usize,
     /// `mm_prefix_ranges` `(b, max_ranges, 2)` i32 (Triton kernels only; CK refuses the
-    /// ranges).
+    /// ranges), each sequence's pairs consecutive, rows `mm_prefix_row_stride` elements apart.
     pub mm_prefix: usize,
     /// The row stride of `mm_prefix`, in i32 elements, between sequences.
     pub mm_prefix_row_stride: usize,

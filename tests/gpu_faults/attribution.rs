@@ -323,12 +323,18 @@ fn dump_threads() {
         fn signal(signum: c_int, handler: extern "C" fn(c_int)) -> usize;
         fn syscall(number: c_long, ...) -> c_long;
     }
+    // x86-64 Linux numbers: the GPU machines this runs on.
     const SIGUSR1: c_int = 10;
+    const SYS_GETTID: c_long = 186;
     const SYS_TGKILL: c_long = 234;
+    if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+        return;
+    }
     extern "C" fn write_backtrace(_: c_int) {
         let mut frames = [std::ptr::null_mut(); 48];
         // SAFETY: the buffer holds 48 frames; backtrace_symbols_fd writes to stderr without
-        // allocating (libgcc's unwinder is loaded by the first call below, outside the handler).
+        // allocating. backtrace itself is not async-signal-safe (the unwinder is loaded by the
+        // first call below, outside the handler); a diagnostic right before an abort accepts it.
         unsafe { backtrace_symbols_fd(frames.as_ptr(), backtrace(frames.as_mut_ptr(), 48), 2) };
     }
     let mut warm = [std::ptr::null_mut(); 1];
@@ -340,6 +346,8 @@ fn dump_threads() {
     }
     let read = |path: std::path::PathBuf| std::fs::read_to_string(path).unwrap_or_else(|e| format!("({e})"));
     let pid = std::process::id();
+    // SAFETY: gettid takes no arguments.
+    let own = unsafe { syscall(SYS_GETTID) };
     for task in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
         let dir = task.path();
         let tid: c_long = task.file_name().to_string_lossy().parse().unwrap_or(0);
@@ -349,6 +357,9 @@ fn dump_threads() {
             read(dir.join("wchan")).trim(),
             read(dir.join("syscall")).trim(),
         );
+        if tid == own {
+            continue; // the watchdog itself: its abort must not wait on its own handler
+        }
         // SAFETY: tgkill to a thread of this process, whose handler is installed above.
         unsafe { syscall(SYS_TGKILL, pid as c_long, tid, SIGUSR1 as c_long) };
         std::thread::sleep(std::time::Duration::from_millis(300));
@@ -429,4 +440,3 @@ pub fn a_bad_call_of_an_ended_thread_fails_no_other_thread() {
     }
     watchdog.at("done");
 }
-

@@ -6,10 +6,9 @@
 //!
 //! - every UNet is built as an SD worker builds it (`StableDiffusionConfig::v1_5(..).build_unet`)
 //!   from one file of random weights; the reference is the UNet without flash attention in f32;
-//! - the flash UNet's error against it must stay within 2x that of Candle's own UNet at the
-//!   same dtype (the GPU suite's rule); with `--dtype f32` that UNet has no error of its own,
-//!   and the bound is the f16 one, because flash attention runs in f16 here (candle-transformers
-//!   casts q, k and v to f16 before the call);
+//! - in f16 the flash UNet's error against it must stay within 2x that of Candle's own f16 UNet
+//!   (the GPU suite's rule); in f32, where candle-transformers casts q, k and v to f16 for the
+//!   call and nothing else rounds, below F32_BOUND (the f16 UNet's own error is printed beside);
 //! - the time per step of both UNets at the run dtype, alternating, best of `--steps`.
 //!
 //! `cargo run --release -- [--cpu] [--size 512] [--dtype f16|f32] [--steps 5]`.
@@ -20,6 +19,10 @@ use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use candle_transformers::models::stable_diffusion::unet_2d::{BlockConfig, UNet2DConditionModel, UNet2DConditionModelConfig};
 use candle_transformers::models::stable_diffusion::StableDiffusionConfig;
+
+/// The flash UNet's relative error bound in f32: f16's rounding of q, k and v (5e-4 relative)
+/// carried through the UNet, with room (measured 4.7e-4 on an H200, 6.8e-4 on the CPU).
+const F32_BOUND: f32 = 5e-3;
 
 struct Args {
     cpu: bool,
@@ -89,7 +92,7 @@ fn random_weights(dev: &Device) -> Result<std::path::PathBuf> {
 
 fn main() -> Result<()> {
     let args = args();
-    let dev = if args.cpu { Device::Cpu } else { Device::cuda_if_available(0)? };
+    let dev = if args.cpu { Device::Cpu } else { Device::new_cuda(0)? };
     let config = StableDiffusionConfig::v1_5(None, Some(args.size), Some(args.size));
     let weights = random_weights(&dev)?;
     let unet = |flash: bool, dtype: DType| config.build_unet(&weights, &dev, 4, flash, dtype);
@@ -130,10 +133,14 @@ fn main() -> Result<()> {
         best_flash.as_secs_f64() * 1e3,
         best_plain.as_secs_f64() / best_flash.as_secs_f64()
     );
-    if !(flash_error <= 2.0 * candle_error) {
-        eprintln!("FAILED: the flash UNet's error is above 2x Candle's own at {low:?}");
+    let (bound, rule) = match args.dtype {
+        DType::F32 => (F32_BOUND, format!("{F32_BOUND:e} (f16 attention in an f32 UNet)")),
+        _ => (2.0 * candle_error, format!("2x Candle's own error at {low:?}")),
+    };
+    if !(flash_error <= bound) {
+        eprintln!("FAILED: the flash UNet's error is above {rule}");
         std::process::exit(1);
     }
-    println!("passed: within 2x Candle's own error at {low:?}");
+    println!("passed: within {rule}");
     Ok(())
 }

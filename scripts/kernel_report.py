@@ -465,14 +465,16 @@ def analyze(source, target, kernel, family, block_m, block_n, block_d, threads, 
     waves = max(1, threads // wave)
     vgprs, agprs, sgprs = int(md.get(".vgpr_count", 0)), int(md.get(".agpr_count", 0)), int(md.get(".sgpr_count", 0))
     lds = int(md.get(".group_segment_fixed_size", 0)) + dynamic_lds
+    # What the hardware allocates: the descriptor's count (at least the registers used).
+    allocated = max(vgprs, md["descriptor_vgprs"] or 0)
     row = {
         "source": source, "target": target, "family": family, "block_m": block_m, "block_n": block_n,
         "block_d": block_d, "warps": waves, "vgprs": vgprs, "agprs": agprs, "sgprs": sgprs,
         "arch_vgprs": md["arch_vgprs"], "sgpr_spills": int(md.get(".sgpr_spill_count", 0)), "vgpr_spills": int(md.get(".vgpr_spill_count", 0)),
         "scratch": int(md.get(".private_segment_fixed_size", 0)), "lds": lds,
         "llvm_occupancy": md["llvm_occupancy"], "has_agprs": ".agpr_count" in md,
-        "descriptor_vgprs": md["descriptor_vgprs"], "allocated_vgprs": max(vgprs, md["descriptor_vgprs"] or 0),
-        "waves_regs": waves_from_registers(arch, max(vgprs, md["descriptor_vgprs"] or 0), agprs, sgprs) if arch else None,
+        "descriptor_vgprs": md["descriptor_vgprs"], "allocated_vgprs": allocated,
+        "waves_regs": waves_from_registers(arch, allocated, agprs, sgprs) if arch else None,
         "waves_static_lds": waves_from_lds(arch, lds - dynamic_lds, waves) if arch else None,
         "waves_lds": waves_from_lds(arch, lds, waves) if arch else None,
         "dots": dot_layouts(ttgir) if ttgir is not None else None,

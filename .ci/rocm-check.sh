@@ -30,7 +30,8 @@
 #     kernels/aot.py for one target per tile family, gfx942, gfx1030, gfx1100 and gfx1201, with
 #     every tile and dtype (AOT_TARGETS), and for gfx90a, gfx1103 and gfx1151 (AOT_CHECK_TARGETS:
 #     CDNA 2, the other RDNA 3 register-file class, RDNA 3.5) at the tiles the check covers,
-#     d <= 128, in fp16, then
+#     d <= 128, in fp16, and for AOT_TARGETS the split head-dim tiles (48, 80, 96, 160) in fp16,
+#     then
 #     scripts/check_triton_objects.py on the code objects (every kernel present and built for
 #     its target, WMMA on gfx11/gfx12, MFMA on gfx9, v_dot2 / v_fma and no matrix instructions
 #     on gfx1030; spills reported), then the
@@ -70,6 +71,11 @@ AOT_TARGETS=gfx942,gfx1030,gfx1100,gfx1201
 AOT_CHECK_TARGETS=gfx90a,gfx1103,gfx1151
 AOT_CHECK_DIMS=32,64,128
 AOT_CHECK_DTYPES=fp16
+# And the split head-dim tiles of the default build (kernels/aot.py SPLIT_DIMS but 192) for
+# AOT_TARGETS, fp16: they take the launch tiles of the power of two above them, so the report's
+# check is what keeps their key loops out of scratch; bf16 follows the same tiles.
+SPLIT_CHECK_DIMS=48,80,96,160
+SPLIT_CHECK_DTYPES=fp16
 # 1: step 3's kernel report fails the run on repeated matrix work or key-loop spills (--check);
 # 0: it only reports.
 KERNEL_REPORT_CHECK="${KERNEL_REPORT_CHECK:-1}"
@@ -151,6 +157,7 @@ all_dims=32,64,128,256
 all_dtypes=fp16,bf16
 aot_dir="$cache/ci-aot/$(aot_key "$AOT_TARGETS" "$all_dims" "$all_dtypes")"
 check_dir="$cache/ci-aot/$(aot_key "$AOT_CHECK_TARGETS" "$AOT_CHECK_DIMS" "$AOT_CHECK_DTYPES")"
+split_dir="$cache/ci-aot/$(aot_key "$AOT_TARGETS" "$SPLIT_CHECK_DIMS" "$SPLIT_CHECK_DTYPES")"
 
 # aot_compile DIR TARGETS DIMS DTYPES: kernels/aot.py for TARGETS at the head-dim tiles DIMS and
 # the dtypes DTYPES into DIR.
@@ -183,7 +190,7 @@ aot_compile() {
     touch "$host_dir.tmp/complete"
     # Outputs for older kernel sources are of no further use (this run's other one is kept).
     find "$(dirname "$host_dir")" -mindepth 1 -maxdepth 1 -type d ! -name "$(basename "$aot_dir")*" \
-        ! -name "$(basename "$check_dir")*" -exec rm -rf {} +
+        ! -name "$(basename "$check_dir")*" ! -name "$(basename "$split_dir")*" -exec rm -rf {} +
     mv "$host_dir.tmp" "$host_dir"
 }
 
@@ -238,8 +245,12 @@ step "kernel report test" in_chroot env PYTHONDONTWRITEBYTECODE=1 \
 step "Triton AOT compile ($AOT_TARGETS)" aot_compile "$aot_dir" "$AOT_TARGETS" "$all_dims" "$all_dtypes"
 step "Triton AOT compile ($AOT_CHECK_TARGETS, tiles $AOT_CHECK_DIMS, $AOT_CHECK_DTYPES)" aot_compile "$check_dir" \
     "$AOT_CHECK_TARGETS" "$AOT_CHECK_DIMS" "$AOT_CHECK_DTYPES"
+step "Triton AOT compile ($AOT_TARGETS, split tiles $SPLIT_CHECK_DIMS, $SPLIT_CHECK_DTYPES)" aot_compile "$split_dir" \
+    "$AOT_TARGETS" "$SPLIT_CHECK_DIMS" "$SPLIT_CHECK_DTYPES"
 step "Triton code-object check ($AOT_TARGETS)" in_chroot python3 "$repo/scripts/check_triton_objects.py" \
-    "$aot_dir" --targets "$AOT_TARGETS"
+    "$aot_dir" --targets "$AOT_TARGETS" --block-dims "$all_dims" --dtypes "$all_dtypes"
+step "Triton code-object check ($AOT_TARGETS, split tiles)" in_chroot python3 "$repo/scripts/check_triton_objects.py" \
+    "$split_dir" --targets "$AOT_TARGETS" --block-dims "$SPLIT_CHECK_DIMS" --dtypes "$SPLIT_CHECK_DTYPES"
 step "Triton code-object check ($AOT_CHECK_TARGETS)" in_chroot python3 "$repo/scripts/check_triton_objects.py" \
     "$check_dir" --targets "$AOT_CHECK_TARGETS" --block-dims "$AOT_CHECK_DIMS" --dtypes "$AOT_CHECK_DTYPES"
 report_check=""
@@ -250,6 +261,9 @@ step "Triton kernel report ($AOT_TARGETS)" in_chroot env PYTHONDONTWRITEBYTECODE
 # shellcheck disable=SC2086
 step "Triton kernel report ($AOT_CHECK_TARGETS)" in_chroot env PYTHONDONTWRITEBYTECODE=1 python3 \
     "$repo/scripts/kernel_report.py" "$check_dir" --targets "$AOT_CHECK_TARGETS" $report_check
+# shellcheck disable=SC2086
+step "Triton kernel report ($AOT_TARGETS, split tiles)" in_chroot env PYTHONDONTWRITEBYTECODE=1 python3 \
+    "$repo/scripts/kernel_report.py" "$split_dir" --targets "$AOT_TARGETS" $report_check
 
 echo "rocm-check: step times"
 printf '  %s\n' "${timings[@]}"

@@ -25,8 +25,16 @@ MANIFEST_COLUMNS = [
     "block_m", "block_n", "threads", "shared", "scratch_args", "vgpr_spills", "sgpr_spills", "seconds", "file",
 ]
 
-# Head-dim tiles (powers of two) and dtypes the build can select.
-BLOCK_DIMS = [32, 64, 128, 256]
+# Head-dim tiles and dtypes the build can select. A tile is a power of two, or a split one
+# (SPLIT_DIMS): a power of two and a tail, attention.py's BLOCK_D + BLOCK_D2, for the head dims
+# between powers of two that models use (Stable Diffusion 1.x 40, 80, 160; phi-2 80; Phi-3-mini
+# 96), whose matrix work then follows the head dim instead of the next power of two (80 computes
+# 80 columns, not 128). tl.dot takes operands of 16 columns and more, so 40 runs the 48 tile.
+# A split tile takes the launch tile (TILES) of the power of two above it: it holds fewer
+# registers and less shared memory than that one.
+POW2_DIMS = [32, 64, 128, 256]
+SPLIT_DIMS = {48: (32, 16), 80: (64, 16), 96: (64, 32), 160: (128, 32), 192: (128, 64)}
+BLOCK_DIMS = sorted(POW2_DIMS + list(SPLIT_DIMS))
 DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 
 # Launch tiles per (tile family, kernel class) and head-dim tile: BLOCK_M, BLOCK_N, num_warps,
@@ -234,6 +242,19 @@ TILES = {
     ("sm90", "decode"): {32: (16, 128, 4, 3, 0), 64: (16, 128, 4, 3, 0), 128: (16, 128, 4, 3, 0), 256: (16, 64, 4, 2, 0)},
     ("sm90", "decode_batch"): {64: (16, 64, 4, 3, 0), 128: (16, 64, 4, 2, 0)},
 }
+# Split head-dim tiles whose launch tile differs from the power of two's above them (kernel_tile):
+# where that one spills in the key loop or repeats matrix work with the tail's operands (the
+# kernel report's --check). gfx11 d = 80 and 96 flat prefill: 128x64 (d = 128's) reloads in the
+# key loop (the tail's second accumulator and Q operands); 128x32 does not at d = 80 (f16 25.1
+# instructions per 4096 MACs, against 24.6 at d = 64 and 21.9 at 128), and at d = 96 only at
+# waves_per_eu 5 (25.8 at 5 waves; at 6 the padded variants reload twice, 128x16 issues 29.4);
+# gfx942 d = 160 with the extras: 256's
+# 8-warp 128x64 lays the 32-wide tail's PV product over 4 waves along its 32 columns, 1.30x the
+# matrix work, where 128's 4-warp tile does not.
+SPLIT_TILES = {
+    ("rdna3", "prefill"): {80: (128, 32, 8, 1, 6), 96: (128, 32, 8, 1, 5)},
+    ("cdna", "prefill_x"): {160: (128, 32, 4, 1, 2)},
+}
 # attention_tma.attn_fwd_tma (Hopper, Gluon; family "fwd_tma"): BLOCK_M, BLOCK_N, num_warps,
 # num_stages (K/V ring buffers) per (target, class) and head dim, built as exact-head-dim f16/bf16
 # variants only (`fwd_tma_<dtype>_d<d>`, `fwd_tma_short_<dtype>_d<d>`); src/triton/tma.rs
@@ -325,7 +346,7 @@ MERGE_WARPS = 4
 # decode (4-41%) and padded-head-dim flat prefill (4-19%) variants; not flat prefill at the exact
 # head dim (1-6%) nor the flat extras ones (0-5%), which would cost compile time for little.
 B32_SKIP = {
-    # (family, kernel class, head-dim tile, paged): twins that would add scratch reloads to the
+    # (family, kernel class, head-dim tile (tile_dim), paged): twins that would add scratch reloads to the
     # key loop. gfx12 flat decode at d = 128: 0/1 loop stores/loads (0/2 bf16 padded).
     ("rdna4", "decode", 128, False),
 }
@@ -372,6 +393,32 @@ def tile_family(target):
     return kind
 
 
+# Split tiles a target kind does not get (its head dims then run padded on the tile above). NVIDIA:
+# not 48, measured slower than padding to 64 (H200, d = 40, f16, TFLOP/s of the padded 64 tile
+# against 32 + 16, scripts/bench_gpu.py old binary beside new in one run: 4 x 4096 x 51 heads
+# 253.3 / 234.2, causal 223.3 / 210.9, 32 x 512 187.4 / 179.4; SD 1.5's 2 x 4096 x 8 226.8 /
+# 221.7): at d = 40 the key loop's time is not its matrix work, and the second dot adds to the rest.
+# CDNA: not 48 either, whose gfx942 flat prefill issues 9.5 instructions per 4096 useful MACs
+# against 4.8 at 64 (456 against 307 per key tile and row: more than padding; docs/kernel-report.md).
+SPLIT_SKIP = {"cuda": {48}, "cdna": {48}}
+
+
+def split_built(target, block_d):
+    """Whether `target` (None: any) gets the head-dim tile `block_d`."""
+    return block_d not in SPLIT_DIMS or target is None or block_d not in SPLIT_SKIP.get(target_kind(target), set())
+
+
+def dim_parts(block_d):
+    """(BLOCK_D, BLOCK_D2) of a head-dim tile: its power-of-two part and its tail (0: none)."""
+    return SPLIT_DIMS.get(block_d, (block_d, 0))
+
+
+def tile_dim(block_d):
+    """The power-of-two head-dim tile whose launch tile (TILES) and class choices `block_d` takes:
+    itself, or for a split tile the power of two above it."""
+    return 1 << (block_d - 1).bit_length()
+
+
 def kernel_tile(target, fields):
     """(BLOCK_M, BLOCK_N, num_warps, num_stages, occupancy hint) of an attn_fwd variant."""
     family, kernel_class = tile_family(target), fields["tile"]
@@ -381,7 +428,8 @@ def kernel_tile(target, fields):
         kernel_class = "prefill_x"
     if fields["paged"] and (family, f"{kernel_class}_paged") in TILES:
         kernel_class = f"{kernel_class}_paged"  # the family's own paged tiles (prefill_paged, decode_paged)
-    return TILES[(family, kernel_class)][fields["block_d"]]
+    own = SPLIT_TILES.get((family, kernel_class), {}).get(fields["block_d"])
+    return own or TILES[(family, kernel_class)][tile_dim(fields["block_d"])]
 
 
 def gpu_target(target):
@@ -417,7 +465,7 @@ def one_loop(target, fields):
         return True
     if target_kind(target) != "cuda" or tile_family(target) != "sm90" or fields["paged"] or fields["extras"]:
         return False
-    return fields["tile"] in ("decode", "decode_batch") or (fields["tile"] == "prefill" and fields["block_d"] >= 128)
+    return fields["tile"] in ("decode", "decode_batch") or (fields["tile"] == "prefill" and tile_dim(fields["block_d"]) >= 128)
 
 
 def page_tiles(target, fields):
@@ -432,7 +480,7 @@ def page_tiles(target, fields):
     memory where the K/V tiles are large (sm_90 paged decode d=256: 139 KiB against 75, one
     resident program per SM instead of two; paged prefill d=256: 320 KiB, over the 227 a block
     may have); at d <= 128 the decode tiles keep their shared memory."""
-    return target_kind(target) == "cuda" and fields["tile"] == "decode" and fields["block_d"] <= 128
+    return target_kind(target) == "cuda" and fields["tile"] == "decode" and tile_dim(fields["block_d"]) <= 128
 
 
 def decode_extras(target, block_d):
@@ -443,7 +491,7 @@ def decode_extras(target, block_d):
     gfx1100 125 VGPRs at d=128 and 664 at 256, gfx1201 28 and 76, gfx1030 116 at 256, bf16 7 at
     128), and tiles of more waves repeat the 16x16 product per wave; those calls keep the
     prefill_x tile. NVIDIA and CDNA compile them without spills at every head dim."""
-    return target is None or target_kind(target) != "rdna" or block_d <= 64
+    return target is None or target_kind(target) != "rdna" or tile_dim(block_d) <= 64
 
 
 # Kernel classes built only as plain flat variants, only where TILES has them (sm_90).
@@ -456,7 +504,7 @@ def plain_class_built(target, tile, paged, block_d):
     calls keep their tiles (a gather address per key; not measured with these)."""
     if tile not in PLAIN_FLAT_CLASSES:
         return True
-    return target is not None and not paged and block_d in TILES.get((tile_family(target), tile), {})
+    return target is not None and not paged and tile_dim(block_d) in TILES.get((tile_family(target), tile), {})
 
 
 def buffer_twin(target, fields):
@@ -466,7 +514,7 @@ def buffer_twin(target, fields):
         return False
     if fields["tile"] == "prefill" and not fields["paged"] and (fields["even_d"] or fields["extras"]):
         return False
-    return (tile_family(target), fields["tile"], fields["block_d"], fields["paged"]) not in B32_SKIP
+    return (tile_family(target), fields["tile"], tile_dim(fields["block_d"]), fields["paged"]) not in B32_SKIP
 
 
 def variants(block_dims, dtypes, target=None):
@@ -475,6 +523,8 @@ def variants(block_dims, dtypes, target=None):
     out = []
     for dtype in dtypes:
         for bd in block_dims:
+            if not split_built(target, bd):
+                continue
             for even in (True, False):
                 for paged in (False, True):
                     for tile in ("prefill", "prefill_short", "decode", "decode_batch"):
@@ -495,6 +545,10 @@ def variants(block_dims, dtypes, target=None):
                     out.append((f"fwd_tma_{infix}{dtype}_d{bd}", "fwd_tma",
                                 dict(tile=tile, dtype=dtype, block_d=bd, even_d=True, paged=False, extras=False,
                                      ptr32=False)))
+        # The merges, at the power-of-two tiles: a split tile's splits are merged by the one above
+        # it (the merge's time is its memory round trips, not its lanes), so a build of split
+        # tiles alone still has a merge for each.
+        for bd in sorted({tile_dim(bd) for bd in block_dims if split_built(target, bd)}):
             out.append((f"merge_{dtype}_d{bd}", "merge",
                         dict(tile="merge", dtype=dtype, block_d=bd, even_d=False, paged=False, extras=False,
                              ptr32=False)))
@@ -590,7 +644,8 @@ def compile_one(job):
         fn = attention.attn_fwd
         bm, bn, warps, stages, occupancy = kernel_tile(target, fields)
         sig, attrs = signature(fn, FWD_POINTERS, FWD_FLOATS, dtype, fields.get("ptr32", False))
-        constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": fields["block_d"], "EVEN_D": fields["even_d"],
+        block_d, block_d2 = dim_parts(fields["block_d"])
+        constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": block_d, "BLOCK_D2": block_d2, "EVEN_D": fields["even_d"],
                       "PAGED": fields["paged"], "EXTRAS": fields["extras"], "PAGE_TILES": page_tiles(target, fields),
                       "FOLD_SCALE": kind != "cuda", "ONE_LOOP": one_loop(target, fields)}
     else:

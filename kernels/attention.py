@@ -22,8 +22,10 @@ meaning unbounded, `softcap * tanh(s / softcap)` before ALiBi `-slope * |pos - j
 `mm_prefix_ranges` lifting the mask inside a range that holds the row's position, and a row
 that sees no key gets output 0 and LSE -inf.
 
-Compile-time switches (each a separate code object): BLOCK_M/BLOCK_N (tile), BLOCK_D (head dim
-padded to a power of two), EVEN_D (head_dim == BLOCK_D: no masks on the head dim), PAGED (k/v
+Compile-time switches (each a separate code object): BLOCK_M/BLOCK_N (tile), BLOCK_D and
+BLOCK_D2 (the head-dim tile: a power of two, or split into a power of two and a smaller tail, 0
+if none, e.g. 64 + 16 for head dims 65-80, so that matrix work follows the head dim rather than
+the next power of two), EVEN_D (head_dim == BLOCK_D + BLOCK_D2: no masks on the head dim), PAGED (k/v
 gathered through a block table, any page size), EXTRAS (ALiBi, softcap and mm_prefix_ranges,
 each then switched at run time); ONE_LOOP (per target and tile class, not a variant: every key
 tile in one loop, see attn_fwd and kernels/aot.py's one_loop); FOLD_SCALE (per target, not a
@@ -115,14 +117,14 @@ def _mask_scores(s, offs_n, row_lo, row_hi, pre_lo, pre_hi, EXTRAS: tl.constexpr
 
 @triton.jit
 def _attend(
-    acc, m_i, l_i, q,
-    K, V, table_row, offs_d, d_mask,
+    acc, acc2, m_i, l_i, q, q2,
+    K, V, table_row, offs_d, d_mask, offs_d2, d_mask2,
     start, end,
     k_len, page_size, page_magic, num_blocks, Fault,
     stride_kb, stride_kn, stride_vb, stride_vn,
     qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
     row_lo, row_hi, pre_lo, pre_hi,
-    BLOCK_N: tl.constexpr, PAGED: tl.constexpr, EXTRAS: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D2: tl.constexpr, PAGED: tl.constexpr, EXTRAS: tl.constexpr,
     MASKED: tl.constexpr, EVEN_D: tl.constexpr, WHOLE_PAGES: tl.constexpr, FOLD_SCALE: tl.constexpr,
     ONE_LOOP: tl.constexpr, full_start, full_end,
 ):
@@ -134,7 +136,8 @@ def _attend(
     <= 0 would turn the maximum into the minimum and the -inf of masked keys into +inf or NaN, so
     the host sends such calls to the EXTRAS variants, which scale first (src/triton/select.rs,
     needs_extras). ONE_LOOP (with MASKED): the tiles in [full_start, full_end) skip the mask (a
-    scalar test per tile), so that one loop serves every tile."""
+    scalar test per tile), so that one loop serves every tile. BLOCK_D2 > 0: the head dim's
+    tail columns (offs_d2) in operands of their own, q2 and acc2 (attn_fwd's split head dim)."""
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         if PAGED and WHOLE_PAGES:
@@ -160,21 +163,12 @@ def _attend(
         else:
             k_rows = offs_n * stride_kn
             v_rows = offs_n * stride_vn
-        if MASKED:
-            kv_mask = offs_n < k_len
-            if not EVEN_D:
-                k_mask = kv_mask[None, :] & d_mask[:, None]
-                v_mask = kv_mask[:, None] & d_mask[None, :]
-            else:
-                k_mask = kv_mask[None, :]
-                v_mask = kv_mask[:, None]
-            k = tl.load(K + k_rows[None, :] + offs_d[:, None], mask=k_mask, other=0.0)
-        else:
-            if EVEN_D:
-                k = tl.load(K + k_rows[None, :] + offs_d[:, None])
-            else:
-                k = tl.load(K + k_rows[None, :] + offs_d[:, None], mask=d_mask[:, None], other=0.0)
+        kv_mask = offs_n < k_len
+        k = _load_tile(K + k_rows[None, :] + offs_d[:, None], kv_mask[None, :], d_mask[:, None], MASKED, EVEN_D)
         s = tl.dot(q, k)
+        if BLOCK_D2 > 0:
+            k2 = _load_tile(K + k_rows[None, :] + offs_d2[:, None], kv_mask[None, :], d_mask2[:, None], MASKED, EVEN_D)
+            s = tl.dot(q2, k2, s)
         if EXTRAS:
             s = s * sm_scale
             if has_softcap != 0:
@@ -205,16 +199,30 @@ def _attend(
             p = tl.math.exp2(tl.fma(s, qk_scale, -m_safe[:, None]))
         alpha = tl.math.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
-        if MASKED:
-            v = tl.load(V + v_rows[:, None] + offs_d[None, :], mask=v_mask, other=0.0)
-        else:
-            if EVEN_D:
-                v = tl.load(V + v_rows[:, None] + offs_d[None, :])
-            else:
-                v = tl.load(V + v_rows[:, None] + offs_d[None, :], mask=d_mask[None, :], other=0.0)
+        v = _load_tile(V + v_rows[:, None] + offs_d[None, :], kv_mask[:, None], d_mask[None, :], MASKED, EVEN_D)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        if BLOCK_D2 > 0:
+            v2 = _load_tile(V + v_rows[:, None] + offs_d2[None, :], kv_mask[:, None], d_mask2[None, :], MASKED, EVEN_D)
+            acc2 = acc2 * alpha[:, None] + tl.dot(p.to(v2.dtype), v2)
         m_i = m_new
-    return acc, m_i, l_i
+    return acc, acc2, m_i, l_i
+
+
+@triton.jit
+def _load_tile(ptrs, kv_mask, d_mask, MASKED: tl.constexpr, EVEN_D: tl.constexpr):
+    """A K or V tile at `ptrs`, zero where `kv_mask` (keys in the sequence, MASKED tiles only) or
+    `d_mask` (head-dim columns, unless EVEN_D) is false; both masks broadcast to the tile."""
+    if MASKED:
+        if EVEN_D:
+            tile = tl.load(ptrs, mask=kv_mask, other=0.0)
+        else:
+            tile = tl.load(ptrs, mask=kv_mask & d_mask, other=0.0)
+    else:
+        if EVEN_D:
+            tile = tl.load(ptrs)
+        else:
+            tile = tl.load(ptrs, mask=d_mask, other=0.0)
+    return tile
 
 
 @triton.jit
@@ -233,7 +241,7 @@ def attn_fwd(
     window_left, window_right, page_size, page_magic, num_blocks,
     has_softcap, has_alibi, num_mm_ranges,
     num_splits, split_len,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_D2: tl.constexpr,
     EVEN_D: tl.constexpr, PAGED: tl.constexpr, EXTRAS: tl.constexpr, PAGE_TILES: tl.constexpr,
     FOLD_SCALE: tl.constexpr, ONE_LOOP: tl.constexpr,
 ):
@@ -263,6 +271,14 @@ def attn_fwd(
     head = hk * group + offs_r % group
     offs_d = tl.arange(0, BLOCK_D)
     d_mask = offs_d < head_dim
+    # A split head dim (BLOCK_D2 > 0): columns [BLOCK_D, BLOCK_D + BLOCK_D2) in operands of their
+    # own, so that a head dim of 80 computes 64 + 16 columns, not 128. Without one the tail's
+    # names stand for the head's and nothing reads them.
+    if BLOCK_D2 > 0:
+        offs_d2 = BLOCK_D + tl.arange(0, BLOCK_D2)
+    else:
+        offs_d2 = offs_d
+    d_mask2 = offs_d2 < head_dim
     pos = i + k_len - q_len
 
     # Block-uniform key bounds: windows are monotone in the query position.
@@ -320,6 +336,13 @@ def attn_fwd(
         q = tl.load(q_ptrs)
     else:
         q = tl.load(q_ptrs, mask=d_mask[None, :], other=0.0)
+    q2 = q
+    if BLOCK_D2 > 0:
+        q2_ptrs = q_base + i[:, None] * stride_qm + head[:, None] * stride_qh + offs_d2[None, :]
+        if EVEN_D:
+            q2 = tl.load(q2_ptrs)
+        else:
+            q2 = tl.load(q2_ptrs, mask=d_mask2[None, :], other=0.0)
 
     k_base = K + hk * stride_kh
     v_base = V + hk * stride_vh
@@ -329,6 +352,9 @@ def attn_fwd(
     table_row = BlockTable + b * stride_bt
 
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    acc2 = acc
+    if BLOCK_D2 > 0:
+        acc2 = tl.zeros([BLOCK_M, BLOCK_D2], tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     qk_scale = sm_scale * LOG2E
@@ -338,41 +364,49 @@ def attn_fwd(
     # test per tile, but one pipeline prologue and drain instead of three, the better trade where
     # a program has few tiles (kernels/aot.py says where it is compiled in).
     first_end = end if ONE_LOOP else f0
-    acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, start, first_end,
+    acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, start, first_end,
                             k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                             qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
                             row_lo, row_hi, pre_lo, pre_hi,
-                            BLOCK_N, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, ONE_LOOP, f0, f1)
+                            BLOCK_N, BLOCK_D2, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, ONE_LOOP, f0, f1)
     if not ONE_LOOP:
         # The unmasked tiles. With PAGE_TILES, pages holding whole tiles get a loop of their own
         # that reads the table once per tile (kernels/aot.py says where it is compiled in).
         if PAGED and PAGE_TILES and page_size % BLOCK_N == 0:
-            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f0, f1,
+            acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, f0, f1,
                                     k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                                     qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
                                     row_lo, row_hi, pre_lo, pre_hi,
-                                    BLOCK_N, PAGED, EXTRAS, False, EVEN_D, True, FOLD_SCALE, False, f0, f1)
+                                    BLOCK_N, BLOCK_D2, PAGED, EXTRAS, False, EVEN_D, True, FOLD_SCALE, False, f0, f1)
         else:
-            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f0, f1,
+            acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, f0, f1,
                                     k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                                     qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
                                     row_lo, row_hi, pre_lo, pre_hi,
-                                    BLOCK_N, PAGED, EXTRAS, False, EVEN_D, False, FOLD_SCALE, False, f0, f1)
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_base, v_base, table_row, offs_d, d_mask, f1, end,
+                                    BLOCK_N, BLOCK_D2, PAGED, EXTRAS, False, EVEN_D, False, FOLD_SCALE, False, f0, f1)
+        acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, f1, end,
                                 k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                                 qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
                                 row_lo, row_hi, pre_lo, pre_hi,
-                                BLOCK_N, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, False, f0, f1)
+                                BLOCK_N, BLOCK_D2, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, False, f0, f1)
 
     out, lse2 = _normalize(acc, m_i, l_i)
     out_row = _i64(b * rows_per_batch + q_start + i)
     o_mask = None if EVEN_D else d_mask[None, :]
+    o2_mask = None if EVEN_D else d_mask2[None, :]
     if num_splits == 1:
         _store_rows(Out, Lse, out, lse2, out_row, b, head, q_start + i, offs_d, o_mask,
                     stride_om, stride_oh, stride_lb, stride_lh)
+        if BLOCK_D2 > 0:
+            out2, _unused5 = _normalize(acc2, m_i, l_i)
+            o2_ptrs = Out + out_row[:, None] * stride_om + head[:, None] * stride_oh + offs_d2[None, :]
+            tl.store(o2_ptrs, out2.to(Out.dtype.element_ty), mask=o2_mask)
     else:
         acc_row = (split * total_rows + out_row) * num_heads + head
         tl.store(OAcc + acc_row[:, None] * head_dim + offs_d[None, :], out, mask=o_mask)
+        if BLOCK_D2 > 0:
+            out2, _unused5 = _normalize(acc2, m_i, l_i)
+            tl.store(OAcc + acc_row[:, None] * head_dim + offs_d2[None, :], out2, mask=o2_mask)
         tl.store(LAcc + acc_row, lse2)
 
 

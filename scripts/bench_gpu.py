@@ -1,6 +1,6 @@
 """The GPU benchmark of the Triton path beside PyTorch, in one run, shape by shape.
 
-    python3 scripts/bench_gpu.py BENCH_BINARY [--quick] [--prefill-only | --decode-only | --extras-only] [--baseline OLD_BINARY]
+    python3 scripts/bench_gpu.py BENCH_BINARY [--quick] [--prefill-only | --decode-only | --extras-only | --sd-only] [--baseline OLD_BINARY]
                                  [--rounds N] [--dims 64,128,256] [--no-varlen]
 
 BENCH_BINARY is the `bench_gpu` example (built with `--features cuda-verify` for NVIDIA or
@@ -22,6 +22,11 @@ decode (pages of 16 and 256, shuffled table) has no PyTorch counterpart, so its 
 beside PyTorch's fastest flat decode of the same shape (issue 27's bar). Decode with extras
 (sliding windows, softcap, ALiBi, bf16, other GQA groups; `--decode-only` includes it) stands
 beside PyTorch's best for each: SDPA over the window's keys, flex_attention for the score mods.
+Stable Diffusion rows (`--sd-only`, and in every full run): the attention calls of SD 1.5's UNet
+at 512 x 512, batch 2 (self-attention over 4096, 1024, 256 and 64 tokens at d = 40, 80, 160, 160,
+8 heads, and cross-attention of each with 77 text keys), and SDXL's (4096 x 10 heads and 1024 x 20
+at d = 64), beside SDPA's backends; the baseline on the self-attention rows only (its binary may
+predate the key length of cross-attention).
 """
 
 import statistics
@@ -82,8 +87,13 @@ def main():
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
     bw = copy_bandwidth()
     print(f"# device-to-device copy bandwidth (read + write): {bw:.0f} GB/s")
+    if "--sd-only" in sys.argv:
+        stable_diffusion(binary, baseline)
+        return
     if "--decode-only" not in sys.argv and "--extras-only" not in sys.argv:
         prefill(binary, baseline, quick)
+        if not quick:
+            stable_diffusion(binary, baseline)
     if "--prefill-only" not in sys.argv and "--extras-only" not in sys.argv:
         decode(binary, baseline, quick, bw)
     if "--prefill-only" not in sys.argv:
@@ -144,10 +154,13 @@ def prefill(binary, baseline, quick):
         varlen(binary, baseline, quick)
 
 
-def prefill_row(binary, baseline, args, head, flops, torch_calls):
+def prefill_row(binary, baseline, args, head, flops, torch_calls, baseline_column=None):
     """One table row: ours (and the baseline) beside FA2 and the fastest of SDPA's backends
     (`torch_calls()`: {backend: one call}), each the median of at least 7 x `--rounds` bursts
-    taking turns with the others' (`interleaved`)."""
+    taking turns with the others' (`interleaved`). `baseline_column`: the table has a baseline
+    column (default: when there is a baseline), left empty for a row without one."""
+    if baseline_column is None:
+        baseline_column = baseline is not None
     rounds = int(option("--rounds", "1"))
     served = {"ours": Served(binary, args)}
     if baseline:
@@ -157,12 +170,42 @@ def prefill_row(binary, baseline, args, head, flops, torch_calls):
     for proc in served.values():
         proc.close()
     ours_tf = flops / times.pop("ours") / 1e12
-    old = f" {flops / times.pop('baseline') / 1e12:.1f} |" if baseline else ""
+    old = f" {flops / times.pop('baseline') / 1e12:.1f} |" if baseline else (" |" if baseline_column else "")
     fa2_tf = flops / times["flash"] / 1e12 if "flash" in times else float("nan")
     best = min(times, key=times.get)
     best_tf = flops / times[best] / 1e12
     return (f"{head}{old} {ours_tf:.1f} | {fa2_tf:.1f} | {best_tf:.1f} ({best}) | {ours_tf / fa2_tf:.2f} | "
             f"{ours_tf / best_tf:.2f} |")
+
+
+# (model, tokens, heads, head dim) of the UNets' attention at 512 x 512 (SD 1.5) and 1024 x 1024
+# (SDXL, whose 64 x 64 latent has 4096 tokens at its highest-resolution attention).
+SD_ATTENTION = (("SD 1.5", 4096, 8, 40), ("SD 1.5", 1024, 8, 80), ("SD 1.5", 256, 8, 160), ("SD 1.5", 64, 8, 160),
+                ("SDXL", 4096, 10, 64), ("SDXL", 1024, 20, 64))
+SD_TEXT_KEYS = 77
+
+
+def stable_diffusion(binary, baseline):
+    """The UNets' attention calls, batch 2, not causal: self-attention, then SD 1.5's
+    cross-attention with SD_TEXT_KEYS keys."""
+    print()
+    old_col = " baseline TFLOP/s |" if baseline else ""
+    print(f"| diffusion | dtype | b x s_q x s_k x h, d |{old_col} ours TFLOP/s | FA2 TFLOP/s | best TFLOP/s (backend) | ours / FA2 | ours / best |")
+    print("|---|---|---|" + ("---|" if baseline else "") + "---|---|---|---|---|")
+    b = 2
+    rows = [(m, s, s, h, d) for m, s, h, d in SD_ATTENTION] + [
+        (m, s, SD_TEXT_KEYS, h, d) for m, s, h, d in SD_ATTENTION if m == "SD 1.5"]
+    for dtype_name, dtype in (("f16", torch.float16), ("bf16", torch.bfloat16)):
+        for model, s_q, s_k, h, d in rows:
+            q = torch.randn(b, h, s_q, d, device="cuda", dtype=dtype)
+            k, v = (torch.randn(b, h, s_k, d, device="cuda", dtype=dtype) for _ in range(2))
+            flops = 4 * b * h * s_q * s_k * d
+            args = ("prefill", dtype_name, b, s_q, h, d, 0) + ((s_k,) if s_k != s_q else ())
+            what = "self" if s_k == s_q else "cross"
+            head = f"| {model} {what} | {dtype_name} | {b} x {s_q} x {s_k} x {h}, {d} |"
+            print(prefill_row(binary, baseline if s_k == s_q else None, args, head, flops,
+                              lambda: torch_prefill(q, k, v, False), baseline_column=baseline is not None))
+            del q, k, v
 
 
 def mixed_lengths(count, lo, hi, seed):

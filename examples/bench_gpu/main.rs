@@ -19,7 +19,7 @@ use flash_attn_rocm::triton::{launch, plan};
 use std::time::Instant;
 
 const USAGE: &str = "usage:
-  bench_gpu prefill DTYPE B S H D CAUSAL        (f16|bf16, causal 0|1; s_q = s_k = S)
+  bench_gpu prefill DTYPE B S H D CAUSAL [S_K]  (f16|bf16, causal 0|1; s_q = S, s_k = S_K or S)
   bench_gpu varlen DTYPE H D CAUSAL LEN,LEN,... (packed sequences of these lengths, s_q = s_k)
   bench_gpu decode DTYPE B S_K H H_K D [SPLITS] (one query row per sequence)
   bench_gpu paged DTYPE B S_K H H_K D PAGE [SPLITS]
@@ -88,7 +88,9 @@ fn parse(args: &[String]) -> anyhow::Result<(DType, BenchShape)> {
     let mut shape = match args.first().map(String::as_str) {
         Some("prefill") => {
             let (s, h) = (n(3)?, n(4)?);
-            BenchShape { b: n(2)?, s_q: s, s_k: s, h, h_k: h, d: n(5)?, causal: n(6)? == 1, page: None, lens: None, splits: None, extras: Extras::default() }
+            // Cross-attention (Stable Diffusion's 77 text keys) has keys of its own length.
+            let s_k = opt(7)?.unwrap_or(s);
+            BenchShape { b: n(2)?, s_q: s, s_k, h, h_k: h, d: n(5)?, causal: n(6)? == 1, page: None, lens: None, splits: None, extras: Extras::default() }
         }
         Some("varlen") => {
             let lens = args.get(5).ok_or_else(|| anyhow::anyhow!("missing lengths\n{USAGE}"))?;

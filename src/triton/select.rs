@@ -629,6 +629,34 @@ mod tests {
     }
 
     #[test]
+    fn head_dims_between_powers_of_two_take_the_split_tile_that_holds_them() {
+        // Prefill images at the tiles 64, 80 (64 + 16) and 128, exact and padded, and the merges
+        // of the powers of two: a head dim runs on the smallest tile that holds it, padded unless
+        // it fills it, and its splits merge on the smallest merge that holds it.
+        let mut images = Vec::new();
+        for block_d in [64, 80, 128] {
+            for even_d in [true, false] {
+                let spec = Spec { variant: "fwd", tile: Tile::Prefill, block_d, extras: false, block_m: 128, block_n: 64, threads: 256, shared: 65_536 };
+                images.push(KernelImage { even_d, ..image("gfx942", false, &spec) });
+            }
+            if block_d.is_power_of_two() {
+                let merge = Spec { variant: "merge", tile: Tile::Merge, block_d, extras: false, block_m: 1, block_n: 16, threads: 64, shared: 0 };
+                images.push(image("gfx942", false, &merge));
+            }
+        }
+        let images: &'static [KernelImage] = Box::leak(images.into_boxed_slice());
+        let chosen = |d| {
+            let k = select_for(&call(512, d, false), "gfx942", MI300X, None, images).unwrap();
+            (k.fwd.block_d, k.fwd.even_d, k.merge.block_d)
+        };
+        assert_eq!(chosen(80), (80, true, 128));
+        assert_eq!(chosen(72), (80, false, 128));
+        assert_eq!(chosen(64), (64, true, 64));
+        assert_eq!(chosen(96), (128, false, 128));
+        assert_eq!(chosen(40), (64, false, 64));
+    }
+
+    #[test]
     fn scales_the_plain_kernels_cannot_fold_take_the_extras_variants() {
         let with_scale = |softmax_scale: f32| {
             let req = Request { softmax_scale, alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None, varlen: None };

@@ -19,6 +19,7 @@ pub const CLASSES: &[ClassTest] = &[
     ("prefill", prefill),
     ("prefill_head_dim_tiles", prefill_head_dim_tiles),
     ("prefill_d256", prefill_d256),
+    ("split_head_dims", split_head_dims),
     ("decode", decode),
     ("decode_d128", decode_d128),
     ("split_keys_merge", split_keys_merge),
@@ -87,12 +88,40 @@ fn prefill_tiles(driver: &'static Driver, cases: &[(usize, DType)]) {
     }
 }
 
-/// The head-dim tiles 32 and 128 and a head dim below its tile (40 on the 64 tile: the
+/// The head-dim tiles 32 and 128 and a head dim below its tile (56 on the 64 tile: the
 /// masked-d variant), f16 causal; bf16 at 128.
 fn prefill_head_dim_tiles(driver: &'static Driver) {
     take_launches();
-    prefill_tiles(driver, &[(32, DType::F16), (40, DType::F16), (128, DType::F16), (128, DType::BF16)]);
+    prefill_tiles(driver, &[(32, DType::F16), (56, DType::F16), (128, DType::F16), (128, DType::BF16)]);
     launched_must_include("prefill_head_dim_tiles", &["_d32_", "_d64p_", "fwd_prefill_fp16_d128_", "fwd_prefill_bf16_d128_"]);
+}
+
+/// The split head-dim tiles (a power of two and a tail in operands of their own): Stable
+/// Diffusion's 40 (on 48 = 32 + 16, masked; CDNA builds have no 48 tile and pad it to 64), 80 and
+/// 160 and Phi-3's 96 at their own tiles, 72 on
+/// the 80 tile (masked tail); flat decode at 80, paged decode at 96 (pages of 16) and keys split
+/// at 80, merged by the 128 tile's merge.
+fn split_head_dims(driver: &'static Driver) {
+    let mut rng = rng();
+    take_launches();
+    prefill_tiles(driver, &[(40, DType::F16), (80, DType::BF16), (72, DType::F16), (96, DType::F16), (160, DType::BF16)]);
+    for dtype in DTYPES {
+        flat_decode(driver, &mut rng, dtype, 80);
+    }
+    let r = ragged(&mut rng, &[(1, 45), (1, 90)], (4, 1, 96), DType::BF16);
+    check("paged decode BF16 d96 page 16", driver, paged_call(&r, 16, &mut rng, false));
+    let [q, k, v] = batch_inputs(&mut rng, (1, 1, 600, 2, 1, 80), DType::F16);
+    check("decode F16 d80 s_k 600 (split)", driver, || {
+        let op = fa::FlashAttn { softmax_scale: scale(80), alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None };
+        let (out, lse) = op.forward_with_lse(&q, &k, &v)?;
+        Ok((out, Some(lse)))
+    });
+    let cdna = driver.arch_name(0).is_ok_and(|arch| arch.starts_with("gfx9"));
+    launched_must_include(
+        "split_head_dims",
+        &[if cdna { "fwd_prefill_fp16_d64p_" } else { "fwd_prefill_fp16_d48p_" }, "fwd_prefill_bf16_d80_", "fwd_prefill_fp16_d80p_", "fwd_prefill_fp16_d96_", "fwd_prefill_bf16_d160_",
+          "fwd_decode_fp16_d80_flat", "fwd_decode_bf16_d80_flat", "fwd_decode_bf16_d96_paged", "merge_fp16_d128"],
+    );
 }
 
 /// The 256 tile (its own class: on RDNA it spills heavily to scratch).

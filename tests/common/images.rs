@@ -40,13 +40,14 @@ pub fn images() -> &'static [KernelImage] {
 }
 
 /// Stand-ins for the variants the planner chooses among on AMD (the head-dim tiles 32 to 256,
+/// split ones included,
 /// even and padded head dims, flat and paged, plain and extras, the merge) for each of
 /// `targets` and `dtypes`. NVIDIA-only variants (TMA, 32-bit pointers) are not among them.
 pub fn images_for(targets: &[&'static str], dtypes: &[KernelDtype]) -> &'static [KernelImage] {
     let mut all = Vec::new();
     for (&target, &dtype) in targets.iter().flat_map(|t| dtypes.iter().map(move |d| (t, d))) {
         let mut push = |image: KernelImage| all.push(KernelImage { target, dtype, ..image });
-        for block_d in [32, 64, 128, 256] {
+        for block_d in [32, 48, 64, 80, 96, 128, 160, 256] {
             for even in [true, false] {
                 for paged in [false, true] {
                     for extras in [false, true] {
@@ -55,7 +56,9 @@ pub fn images_for(targets: &[&'static str], dtypes: &[KernelDtype]) -> &'static 
                     }
                 }
             }
-            push(image(Tile::Merge, Family::Merge, block_d, false, false, false));
+            if block_d.is_power_of_two() {
+                push(image(Tile::Merge, Family::Merge, block_d, false, false, false));
+            }
         }
     }
     Box::leak(all.into_boxed_slice())

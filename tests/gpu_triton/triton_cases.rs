@@ -151,6 +151,7 @@ pub fn decode_with_extras_matches_cpu() {
         (DType::BF16, 128, 6000, NONE, true, Some(30.0)),
         (DType::F16, 256, 5000, (Some(1024), Some(0)), false, Some(50.0)),
         (DType::F16, 64, 3000, CAUSAL, true, None),
+        (DType::F16, 80, 3000, CAUSAL, false, Some(20.0)),
     ] {
         let c = BatchCase { b: 2, s_q: 1, s_k, h: 32, h_k: 8, d, dtype, window, alibi, softcap, transposed: false };
         let x = batch_inputs(&c, &mut rng);

@@ -200,21 +200,22 @@ class ContractTest(unittest.TestCase):
 
 
 class BufferTwinTest(unittest.TestCase):
-    """The 32-bit buffer-addressing twins (`_b32`): AMD targets only, 64-bit variants unchanged."""
+    """The 32-bit buffer-addressing twins (`_b32`): AMD targets only, 64-bit variants unchanged
+    (the power-of-two tiles; SplitTileTest has the split ones)."""
 
     def test_twins_per_target(self):
-        base = [name for name, _, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES))]
+        base = [name for name, _, _ in aot.variants(aot.POW2_DIMS, list(aot.DTYPES))]
         # RDNA has no decode-tile extras variants from d = 128 (aot.decode_extras).
         rdna_base = [n for n in base if not (n.startswith("fwd_decode") and n.endswith("_x")
                                              and ("_d128" in n or "_d256" in n))]
         self.assertEqual(len(base) - len(rdna_base), 16)
         for no_twins, own in (("sm_80", base), ("sm_86", base), ("sm_89", base), ("sm_90", base), ("gfx1030", rdna_base)):
-            names = [name for name, _, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), no_twins)]
+            names = [name for name, _, _ in aot.variants(aot.POW2_DIMS, list(aot.DTYPES), no_twins)]
             self.assertEqual([n for n in names if "_prefill_short_" not in n and "_decode_batch_" not in n
                               and not n.startswith("fwd_tma_")], own)
         # sm_90 alone has short prefill tiles and batched decode tiles: plain and flat, one per
         # dtype, head-dim tile (the batched decode tile at d = 64 and 128) and exact/padded head dim.
-        sm90 = aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), "sm_90")
+        sm90 = aot.variants(aot.POW2_DIMS, list(aot.DTYPES), "sm_90")
         for tile, count, dims in (("prefill_short", 16, {32, 64, 128, 256}), ("decode_batch", 8, {64, 128})):
             own_class = [(n, f) for n, family, f in sm90 if family == "fwd" and f["tile"] == tile]
             self.assertEqual(len(own_class), count, tile)
@@ -232,10 +233,10 @@ class BufferTwinTest(unittest.TestCase):
         self.assertEqual([aot.tma_q_rows(tile, aot.TMA_TILES[("sm90", tile)][128][0]) for tile in aot.TMA_CLASSES],
                          [64, 64, 64, 64])
         for target in ("sm_80", "sm_86", "gfx942", "gfx1100", "gfx1201", "gfx1030"):
-            self.assertFalse([n for n, family, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target)
+            self.assertFalse([n for n, family, _ in aot.variants(aot.POW2_DIMS, list(aot.DTYPES), target)
                               if "_prefill_short_" in n or "_decode_batch_" in n or family == "fwd_tma"])
         for target, twins, own in (("gfx1100", 88, rdna_base), ("gfx942", 104, base), ("gfx1201", 84, rdna_base)):
-            names = [name for name, _, _ in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target)]
+            names = [name for name, _, _ in aot.variants(aot.POW2_DIMS, list(aot.DTYPES), target)]
             b32 = [n for n in names if n.endswith("_b32")]
             self.assertEqual(len(b32), twins, target)
             self.assertEqual([n for n in names if not n.endswith("_b32")], own)
@@ -260,11 +261,11 @@ class BufferTwinTest(unittest.TestCase):
 class OneLoopTest(unittest.TestCase):
     """Which variants run every key tile in one loop (aot.one_loop): the short tile, and on sm_90
     plain flat decode (both decode tiles) and plain flat prefill from d = 128 (at d = 64 one loop
-    lost on long rows)."""
+    lost on long rows); the power-of-two tiles (SplitTileTest has the split ones)."""
 
     def test_one_loop_variants_per_target(self):
         def one_loop_names(target):
-            return {n for n, family, f in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target)
+            return {n for n, family, f in aot.variants(aot.POW2_DIMS, list(aot.DTYPES), target)
                     if family == "fwd" and aot.one_loop(target, f)}
 
         sm90 = one_loop_names("sm_90")
@@ -280,6 +281,52 @@ class OneLoopTest(unittest.TestCase):
             self.assertNotIn(name, sm90)
         for target in ("sm_80", "sm_86", "gfx942", "gfx1100", "gfx1201", "gfx1030"):
             self.assertEqual(one_loop_names(target), set(), target)
+
+
+class SplitTileTest(unittest.TestCase):
+    """The split head-dim tiles (aot.SPLIT_DIMS): a power of two and a smaller tail, each built
+    with the variants, launch tiles and class choices of the power of two above it, but the
+    launch tiles of aot.SPLIT_TILES."""
+
+    def test_parts(self):
+        for block_d, (head, tail) in aot.SPLIT_DIMS.items():
+            self.assertEqual(head + tail, block_d)
+            self.assertEqual(aot.dim_parts(block_d), (head, tail))
+            for part in (head, tail):
+                self.assertEqual(part & (part - 1), 0, block_d)
+            # tl.dot takes operands of 16 columns and more; the tail is below the head.
+            self.assertTrue(16 <= tail < head, block_d)
+            self.assertEqual(aot.tile_dim(block_d), 1 << block_d.bit_length(), block_d)
+            self.assertNotIn(block_d, aot.POW2_DIMS)
+        for block_d in aot.POW2_DIMS:
+            self.assertEqual((aot.dim_parts(block_d), aot.tile_dim(block_d)), ((block_d, 0), block_d))
+
+    def test_variants_follow_the_power_of_two_above(self):
+        def names(block_d, target):
+            # The TMA kernels are built at the exact power-of-two head dims only.
+            return sorted(n for n, family, f in aot.variants([block_d], list(aot.DTYPES), target) if family != "fwd_tma")
+
+        for target in ("sm_80", "sm_86", "sm_90", "gfx90a", "gfx942", "gfx1030", "gfx1100", "gfx1103", "gfx1201"):
+            for block_d in aot.SPLIT_DIMS:
+                above = aot.tile_dim(block_d)
+                if not aot.split_built(target, block_d):
+                    # NVIDIA and CDNA have no 48 tile: nothing at all, not even its merge.
+                    self.assertTrue(block_d == 48 and aot.target_kind(target) in ("cuda", "cdna"), (target, block_d))
+                    self.assertEqual(names(block_d, target), [])
+                    continue
+                self.assertEqual([n.replace(f"_d{block_d}", f"_d{above}") for n in names(block_d, target)],
+                                 names(above, target), (target, block_d))
+                for _, family, fields in aot.variants([block_d], list(aot.DTYPES), target):
+                    if family == "fwd":
+                        own = [tiles[block_d] for (fam, cls), tiles in aot.SPLIT_TILES.items()
+                               if block_d in tiles and fam == aot.tile_family(target)
+                               and cls == ("prefill_x" if fields["tile"] == "prefill" and fields["extras"] else fields["tile"])
+                               and not (fields["paged"] and (fam, f"{cls}_paged") in aot.TILES)]
+                        want = own[0] if own else aot.kernel_tile(target, dict(fields, block_d=above))
+                        self.assertEqual(aot.kernel_tile(target, fields), want, (target, block_d))
+                        self.assertEqual(aot.one_loop(target, fields), aot.one_loop(target, dict(fields, block_d=above)))
+        self.assertFalse([n for n, family, _ in aot.variants(list(aot.SPLIT_DIMS), list(aot.DTYPES), "sm_90")
+                          if family == "fwd_tma"])
 
 
 @unittest.skipUnless(have_triton(), "needs triton (the build's venv)")

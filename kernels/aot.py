@@ -248,11 +248,14 @@ TILES = {
 # key loop (the tail's second accumulator and Q operands); 128x32 does not at d = 80 (f16 25.1
 # instructions per 4096 MACs, against 24.6 at d = 64 and 21.9 at 128), and at d = 96 only at
 # waves_per_eu 5 (25.8 at 5 waves; at 6 the padded variants reload twice, 128x16 issues 29.4);
+# rdna3_small (gfx1103) likewise: its d = 128 tile reloads 3-41 times in the key loop at d = 80
+# and 96, 128x32 at its waves_per_eu 4 not at all (f16 25.1 at d = 80);
 # gfx942 d = 160 with the extras: 256's
 # 8-warp 128x64 lays the 32-wide tail's PV product over 4 waves along its 32 columns, 1.30x the
 # matrix work, where 128's 4-warp tile does not.
 SPLIT_TILES = {
     ("rdna3", "prefill"): {80: (128, 32, 8, 1, 6), 96: (128, 32, 8, 1, 5)},
+    ("rdna3_small", "prefill"): {80: (128, 32, 8, 1, 4), 96: (128, 32, 8, 1, 4)},
     ("cdna", "prefill_x"): {160: (128, 32, 4, 1, 2)},
 }
 # attention_tma.attn_fwd_tma (Hopper, Gluon; family "fwd_tma"): BLOCK_M, BLOCK_N, num_warps,
@@ -627,6 +630,15 @@ def check_tma_descriptors(what, meta, rows, dtype):
         raise RuntimeError(f"aot.py: {what}: TMA descriptors {meta}, src/triton/tma.rs encodes {want}")
 
 
+def fwd_constexprs(target, fields):
+    """attn_fwd's compile-time arguments for the variant `fields` of `target`."""
+    bm, bn = kernel_tile(target, fields)[:2]
+    block_d, block_d2 = dim_parts(fields["block_d"])
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": block_d, "BLOCK_D2": block_d2, "EVEN_D": fields["even_d"],
+            "PAGED": fields["paged"], "EXTRAS": fields["extras"], "PAGE_TILES": page_tiles(target, fields),
+            "FOLD_SCALE": target_kind(target) != "cuda", "ONE_LOOP": one_loop(target, fields)}
+
+
 def compile_one(job):
     target, name, family, fields, out_dir = job
     import triton
@@ -644,10 +656,7 @@ def compile_one(job):
         fn = attention.attn_fwd
         bm, bn, warps, stages, occupancy = kernel_tile(target, fields)
         sig, attrs = signature(fn, FWD_POINTERS, FWD_FLOATS, dtype, fields.get("ptr32", False))
-        block_d, block_d2 = dim_parts(fields["block_d"])
-        constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": block_d, "BLOCK_D2": block_d2, "EVEN_D": fields["even_d"],
-                      "PAGED": fields["paged"], "EXTRAS": fields["extras"], "PAGE_TILES": page_tiles(target, fields),
-                      "FOLD_SCALE": kind != "cuda", "ONE_LOOP": one_loop(target, fields)}
+        constexprs = fwd_constexprs(target, fields)
     else:
         fn = attention.attn_merge
         bm, bn, warps, stages, occupancy = MERGE_ROWS, MERGE_PARTIALS // fields["block_d"], MERGE_WARPS, 1, 0

@@ -66,7 +66,8 @@ pub struct KernelImage {
     pub tile: Tile,
     /// Element type of q/k/v and the output it was compiled for.
     pub dtype: KernelDtype,
-    /// Head-dim tile (a power of two): serves head dims up to `block_d` (padded, masked).
+    /// Head-dim tile (a power of two, or a split tile such as 80 = 64 + 16): serves head dims
+    /// up to `block_d` (padded, masked).
     pub block_d: u32,
     /// Compiled for head dims equal to `block_d` only (no head-dim masking); the other
     /// variant serves head dims below `block_d`.

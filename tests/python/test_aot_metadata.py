@@ -301,6 +301,17 @@ class SplitTileTest(unittest.TestCase):
         for block_d in aot.POW2_DIMS:
             self.assertEqual((aot.dim_parts(block_d), aot.tile_dim(block_d)), ((block_d, 0), block_d))
 
+    def test_the_kernel_gets_the_parts(self):
+        # What compile_one hands attn_fwd: the power-of-two part and the tail, and the tile's
+        # own width for a power of two.
+        for target in ("gfx1100", "gfx942", "sm_90"):
+            for block_d, parts in ((80, (64, 16)), (96, (64, 32)), (160, (128, 32)), (128, (128, 0))):
+                fields = dict(tile="prefill", dtype="fp16", block_d=block_d, even_d=True, paged=False,
+                              extras=False, ptr32=False)
+                got = aot.fwd_constexprs(target, fields)
+                self.assertEqual((got["BLOCK_D"], got["BLOCK_D2"]), parts, (target, block_d))
+                self.assertEqual((got["BLOCK_M"], got["BLOCK_N"]), aot.kernel_tile(target, fields)[:2])
+
     def test_variants_follow_the_power_of_two_above(self):
         def names(block_d, target):
             # The TMA kernels are built at the exact power-of-two head dims only.

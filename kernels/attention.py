@@ -210,8 +210,8 @@ def _attend(
 
 @triton.jit
 def _load_tile(ptrs, kv_mask, d_mask, MASKED: tl.constexpr, EVEN_D: tl.constexpr):
-    """A K or V tile at `ptrs`, zero where `kv_mask` (keys in the sequence, MASKED tiles only) or
-    `d_mask` (head-dim columns, unless EVEN_D) is false; both masks broadcast to the tile."""
+    """A K, V or Q tile at `ptrs`, zero where `kv_mask` (keys in the sequence, MASKED tiles only)
+    or `d_mask` (head-dim columns, unless EVEN_D) is false; both masks broadcast to the tile."""
     if MASKED:
         if EVEN_D:
             tile = tl.load(ptrs, mask=kv_mask, other=0.0)
@@ -332,17 +332,11 @@ def attn_fwd(
 
     q_base = Q + _i64(b) * stride_qb + _i64(q_start) * stride_qm
     q_ptrs = q_base + i[:, None] * stride_qm + head[:, None] * stride_qh + offs_d[None, :]
-    if EVEN_D:
-        q = tl.load(q_ptrs)
-    else:
-        q = tl.load(q_ptrs, mask=d_mask[None, :], other=0.0)
+    q = _load_tile(q_ptrs, None, d_mask[None, :], False, EVEN_D)
     q2 = q
     if BLOCK_D2 > 0:
         q2_ptrs = q_base + i[:, None] * stride_qm + head[:, None] * stride_qh + offs_d2[None, :]
-        if EVEN_D:
-            q2 = tl.load(q2_ptrs)
-        else:
-            q2 = tl.load(q2_ptrs, mask=d_mask2[None, :], other=0.0)
+        q2 = _load_tile(q2_ptrs, None, d_mask2[None, :], False, EVEN_D)
 
     k_base = K + hk * stride_kh
     v_base = V + hk * stride_vh
@@ -399,8 +393,7 @@ def attn_fwd(
                     stride_om, stride_oh, stride_lb, stride_lh)
         if BLOCK_D2 > 0:
             out2, _unused5 = _normalize(acc2, m_i, l_i)
-            o2_ptrs = Out + out_row[:, None] * stride_om + head[:, None] * stride_oh + offs_d2[None, :]
-            tl.store(o2_ptrs, out2.to(Out.dtype.element_ty), mask=o2_mask)
+            _store_out(Out, out2, out_row, head, offs_d2, o2_mask, stride_om, stride_oh)
     else:
         acc_row = (split * total_rows + out_row) * num_heads + head
         tl.store(OAcc + acc_row[:, None] * head_dim + offs_d[None, :], out, mask=o_mask)
@@ -426,9 +419,15 @@ def _normalize(acc, m, total):
 def _store_rows(Out, Lse, out, lse2, out_row, b, head, pos, offs_d, o_mask,
                 stride_om, stride_oh, stride_lb, stride_lh):
     """Writes output rows and their natural-log LSEs (at batch b, query position `pos`)."""
+    _store_out(Out, out, out_row, head, offs_d, o_mask, stride_om, stride_oh)
+    tl.store(Lse + _i64(b) * stride_lb + head * stride_lh + pos, lse2 * LN2)
+
+
+@triton.jit
+def _store_out(Out, out, out_row, head, offs_d, o_mask, stride_om, stride_oh):
+    """Writes the output columns `offs_d` of rows `out_row` of heads `head` in Out's dtype."""
     o_ptrs = Out + out_row[:, None] * stride_om + head[:, None] * stride_oh + offs_d[None, :]
     tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=o_mask)
-    tl.store(Lse + _i64(b) * stride_lb + head * stride_lh + pos, lse2 * LN2)
 
 
 @triton.jit

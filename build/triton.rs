@@ -20,9 +20,10 @@ const LOG: &str = "aot.log";
 const JIT_CACHE: &str = "jit-cache";
 /// aot.py's MANIFEST_COLUMNS; the header line must match.
 #[rustfmt::skip]
-const COLUMNS: [&str; 20] = [
+const COLUMNS: [&str; 21] = [
     "target", "variant", "kernel", "family", "tile", "dtype", "block_d", "even_d", "paged", "extras", "ptr32",
-    "block_m", "block_n", "threads", "shared", "scratch_args", "vgpr_spills", "sgpr_spills", "seconds", "file",
+    "block_m", "block_n", "threads", "shared", "scratch_args", "vgpr_spills", "sgpr_spills", "loop_spills", "seconds",
+    "file",
 ];
 
 /// Compiles (or reuses) the selected kernels, one cache directory per target, and writes the
@@ -251,26 +252,43 @@ fn entry(row: &Row, dir: &Path, ptx: bool) -> BuildResult<String> {
     ))
 }
 
-/// `; <spills>` for an AMD target's warning line: how many kernels of each head-dim tile spill
-/// registers, and where to read what that costs (docs/triton.md#register-spills). Empty for NVIDIA
+/// `; <spills>` for an AMD target's warning line: per head-dim tile and kernel class, how many
+/// kernels spill registers and whether inside the key loop (aot.py's `loop_spills`: scratch
+/// accesses in a loop), where a spill runs once per key tile and costs time; elsewhere it runs
+/// once per program. What to do follows (docs/triton.md#register-spills). Empty for NVIDIA
 /// targets, whose manifest rows carry no spill counts.
 fn spills(target: &str, rows: &[Row]) -> String {
     if !target.starts_with("gfx") {
         return String::new();
     }
-    let mut by_tile = std::collections::BTreeMap::<u32, usize>::new();
-    for row in rows.iter().filter(|r| r.get("vgpr_spills").parse().unwrap_or(0u64) > 0) {
-        *by_tile.entry(row.get("block_d").parse().unwrap_or(0)).or_default() += 1;
+    let count = |row: &Row, column: &str| row.get(column).parse().unwrap_or(0u64);
+    // (head-dim tile, class) -> (kernels that spill, of which inside the key loop)
+    let mut by_class = std::collections::BTreeMap::<(u32, &str), (usize, usize)>::new();
+    for row in rows.iter().filter(|r| count(r, "vgpr_spills") > 0) {
+        let tile = row.get("block_d").parse().unwrap_or(0);
+        let entry = by_class.entry((tile, row.get("tile"))).or_default();
+        entry.0 += 1;
+        entry.1 += usize::from(count(row, "loop_spills") > 0);
     }
-    if by_tile.is_empty() {
+    if by_class.is_empty() {
         return "; no register spills".to_string();
     }
-    let tiles: Vec<String> = by_tile.iter().map(|(d, n)| format!("d={d}: {n}")).collect();
+    let classes: Vec<String> = by_class
+        .iter()
+        .map(|((d, class), (kernels, in_loop))| match in_loop {
+            0 => format!("d={d} {class}: {kernels}, outside the key loop"),
+            _ => format!("d={d} {class}: {kernels}, {in_loop} in the key loop"),
+        })
+        .collect();
+    let advice = match by_class.values().any(|(_, in_loop)| *in_loop > 0) {
+        false => "none runs in a key loop, nothing to do",
+        true => "a head dim whose tile spills in the key loop runs slower than its FLOPs suggest; nothing to do, \
+                 or leave that tile out of FLASH_ATTN_ROCM_TRITON_DIMS if no model of yours uses it",
+    };
     format!(
-        "; register spills in {} kernels ({}): CI checks that tiles up to 128 keep them out of the key loop; \
-         nothing to do (docs/triton.md#register-spills)",
-        by_tile.values().sum::<usize>(),
-        tiles.join(", ")
+        "; register spills in {} kernels ({}): {advice} (docs/triton.md#register-spills)",
+        by_class.values().map(|(kernels, _)| kernels).sum::<usize>(),
+        classes.join("; ")
     )
 }
 

@@ -18,11 +18,13 @@ import re
 import sys
 import time
 
+from amdgcn import loop_scratch_accesses
 from launch_contract import amdgpu_kernel_facts, launch_args, launch_problems, ptx_kernel_facts, shared_limit
 
 MANIFEST_COLUMNS = [
     "target", "variant", "kernel", "family", "tile", "dtype", "block_d", "even_d", "paged", "extras", "ptr32",
-    "block_m", "block_n", "threads", "shared", "scratch_args", "vgpr_spills", "sgpr_spills", "seconds", "file",
+    "block_m", "block_n", "threads", "shared", "scratch_args", "vgpr_spills", "sgpr_spills", "loop_spills", "seconds",
+    "file",
 ]
 
 # Head-dim tiles and dtypes the build can select. A tile is a power of two, or a split one
@@ -689,13 +691,15 @@ def compile_one(job):
     # The warp-specialized kernel's partitions add warps to num_warps.
     threads = md.num_warps * target_obj.warp_size
     if kind == "cuda":
-        binary, ext, vspill, sspill = kernel.asm["cubin"], "cubin", 0, 0
+        binary, ext, vspill, sspill, loop_spills = kernel.asm["cubin"], "cubin", 0, 0, 0
         facts = ptx_kernel_facts(kernel.asm["ptx"], md.name)
     else:
         binary, ext = kernel.asm["hsaco"], "hsaco"
         text = kernel.asm["amdgcn"]
         vspill = sum(int(x) for x in re.findall(r"\.vgpr_spill_count:\s+(\d+)", text))
         sspill = sum(int(x) for x in re.findall(r"\.sgpr_spill_count:\s+(\d+)", text))
+        # Where the spills are: inside a key loop they run once per key tile.
+        loop_spills = loop_scratch_accesses(text, md.name)
         facts = amdgpu_kernel_facts(text, md.name)
     problems = launch_problems(facts, threads, target_obj.warp_size, launch_args(sig, len(scratch)), md.shared,
                                shared_limit(target))
@@ -714,7 +718,7 @@ def compile_one(job):
     return [target, name, md.name, family, fields["tile"], fields["dtype"], fields["block_d"],
             int(fields["even_d"]), int(fields["paged"]), int(fields["extras"]), int(fields.get("ptr32", False)),
             bm, bn, threads, md.shared,
-            len(scratch), vspill, sspill, f"{seconds:.1f}", rel]
+            len(scratch), vspill, sspill, loop_spills, f"{seconds:.1f}", rel]
 
 
 def main():

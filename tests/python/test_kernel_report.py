@@ -197,6 +197,20 @@ class LoopTest(unittest.TestCase):
         header, hot, _ = kr.hot_loop(kr.parse_blocks(kernel_asm(spill_in_hot=True), "attn_fwd"))
         self.assertEqual((header, hot["insns"], hot["stores"], hot["loads"]), ("BB0_4", 407, 1, 1))
 
+    def test_loop_spills_count_only_scratch_inside_loops(self):
+        """aot.py's manifest column `loop_spills` (kernels/amdgcn.py): the hot loop's spill and
+        reload count, a spill before the first loop does not."""
+        import amdgcn
+        self.assertEqual(amdgcn.loop_scratch_accesses(kernel_asm(), "attn_fwd"), 0)
+        self.assertEqual(amdgcn.loop_scratch_accesses(kernel_asm(spill_in_hot=True), "attn_fwd"), 2)
+        outside = kernel_asm().replace(
+            "; %bb.0:\n", "; %bb.0:\n\tscratch_store_b32 off, v1, off offset:8 ; 4-byte Folded Spill\n", 1)
+        self.assertIn("offset:8", outside)
+        self.assertEqual(amdgcn.loop_scratch_accesses(outside, "attn_fwd"), 0)
+        both = kernel_asm(spill_in_hot=True).replace(
+            "; %bb.0:\n", "; %bb.0:\n\tscratch_store_b32 off, v1, off offset:8 ; 4-byte Folded Spill\n", 1)
+        self.assertEqual(amdgcn.loop_scratch_accesses(both, "attn_fwd"), 2)
+
     def test_scratch_access(self):
         insn = kr.Insn
         self.assertTrue(kr.is_scratch_access(insn("scratch_store_dwordx2", "off, v[12:13], off offset:24", "")))

@@ -775,7 +775,9 @@ pub fn flash_attn_varlen_with_lse(
 ///
 /// Arguments, shapes and dtypes as [`flash_attn_varlen_paged_windowed`]: q `(total_q, h, d)`,
 /// k/v `(num_blocks, page_block_size, h_k, d)`, u32 cumulative `seqlens_q`/`seqlens_k`
-/// `(b + 1,)`, u32 or i32 `block_table` `(b, max_blocks)`.
+/// `(b + 1,)`, u32 or i32 `block_table` `(b, max_blocks)`. Rows before heads: an
+/// `(h, total_q, d)` tensor whose dims fit runs without an `Err` and gives a wrong result
+/// ([order of dims](crate#layouts-and-dtypes)).
 ///
 /// Returns `(out, lse)`: `out` is `(total_q, h, d)` in q's dtype; `lse` is f32 `(h, total_q)`,
 /// defined as in [`flash_attn_with_lse`]. [Errors](crate#errors) as

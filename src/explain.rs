@@ -2,11 +2,11 @@
 //! `FLASH_ATTN_ROCM_LOG=1` prints one line per call to stderr.
 //!
 //! Both come from the one place where each backend has made its choice (the CPU entry in
-//! `op.rs`, the GPU path's `glue::queue` after `rocm::dispatch::choose` and the launch plan),
+//! `op.rs`, the GPU path's `glue::queue` after `plan::dispatch::choose` and the launch plan),
 //! so what they report is what the call runs, never a second guess of it.
 
 use crate::params::{AttnCall, Mode};
-use crate::rocm::dispatch::KernelFamily;
+use crate::plan::dispatch::KernelFamily;
 use crate::rocm::SplitKv;
 use crate::triton::{KernelImage, Plan};
 use candle::Result;

@@ -19,7 +19,7 @@
 //!   [`triton`] modules launch on raw device pointers.
 //! - **NVIDIA, feature `cuda-verify`.** The same Triton sources compiled for sm_80, sm_86, sm_89
 //!   and sm_90 (`FLASH_ATTN_ROCM_CUDA_ARCHS`), used to check the GPU kernels against the CPU
-//!   backend (`triton::offload`) and by `candle-cuda`.
+//!   backend (`glue::offload`) and by `candle-cuda`.
 //! - **Candle tensors on a CUDA device, feature `candle-cuda`** (implies `cuda-verify`): the ops'
 //!   `CustomOp3::cuda_fwd` on released candle, our Triton kernels on Candle's CUDA device.
 //!   Building candle's `cuda` feature needs nvcc (docs/building.md).
@@ -128,7 +128,11 @@
 //! - at [`take_gpu_faults`], which that thread calls after synchronizing the device (e.g. before
 //!   answering a request; see its example).
 //!
-//! A fault never reaches another thread's call, nor a call on another stream. Where the device
+//! A fault never reaches another thread's call, nor a call on another stream. One exception: a
+//! runtime that cannot tell streams apart but by their handle (HIP before 7, which has no
+//! `hipStreamGetId`; CUDA before 12, no `cuStreamGetId`) passes a destroyed stream's untaken
+//! fault to a new stream that gets the same handle; take the faults (or make a call) on a
+//! stream before destroying it. Where the device
 //! cannot write host memory atomically (an AMD GPU on a bus without PCIe atomics), the values
 //! are read and checked on the host before the call instead, as on the CPU: an out-of-range
 //! value fails the call itself, at the cost of a copy that waits for the device.
@@ -142,14 +146,16 @@
 //! - Which backend and kernels serve a call: [`explain()`] (without running it), or
 //!   `FLASH_ATTN_ROCM_LOG=1` for a line per call on stderr.
 //! - Low level: [`params`] validates a call and normalizes it into one [`params::AttnCall`]
-//!   that every backend consumes; [`cpu`] runs it on host memory; [`rocm`] (CK arguments and
-//!   dispatch, `rocm::fmha_fwd` with feature `rocm`) and [`triton`] (our kernels' registry,
-//!   selection and arguments) launch on raw device pointers and a HIP stream.
+//!   that every backend consumes; [`cpu`] runs it on host memory; [`rocm`] (CK arguments,
+//!   `rocm::fmha_fwd` with feature `rocm`) and [`triton`] (our kernels' registry, selection and
+//!   arguments) launch on raw device pointers ([`device::DeviceBuffers`]) and a HIP stream;
+//!   [`plan`] picks the family that serves a GPU call and plans its work.
 
 #![deny(missing_docs)]
 
 mod api;
 pub mod cpu;
+pub mod device;
 mod explain;
 #[cfg(feature = "triton")]
 pub mod glue;
@@ -157,6 +163,7 @@ pub mod glue;
 pub mod gpu;
 mod op;
 pub mod params;
+pub mod plan;
 pub mod rocm;
 pub mod triton;
 

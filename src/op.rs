@@ -12,7 +12,8 @@ use candle::{CpuStorage, Layout, Result, Shape, Storage, Tensor};
 /// Use it as a Candle `CustomOp3` with `q.apply_op3(k, v, op)` (returns the output), or call
 /// [`FlashAttn::forward_with_lse`] to also get the log-sum-exp. q is `(b, s_q, h, d)`, k and v
 /// `(b, s_k, h_k, d)` with `h_k` dividing `h`, one dtype (CPU: f32, f16, bf16; GPU: f16, bf16);
-/// the output is `(b, s_q, h, d)` in q's dtype. See the crate's
+/// the output is `(b, s_q, h, d)` in q's dtype. Positions before heads: a `(b, h, s, d)` tensor
+/// whose dims fit runs without an `Err` and gives a wrong result. See the crate's
 /// [layouts and dtypes](crate#layouts-and-dtypes), [masks](crate#masks-and-options) and
 /// [errors](crate#errors).
 ///
@@ -111,7 +112,7 @@ impl FlashAttnVarLen {
 }
 
 /// CPU entry shared by both ops' `cpu_fwd` and the LSE variants (inside
-/// [`crate::triton::offload::run_on_gpu`], the same call runs on a GPU instead).
+/// [`crate::glue::offload::run_on_gpu`], the same call runs on a GPU instead).
 fn cpu_forward(
     req: &Request<'_>,
     (q, q_l): (&CpuStorage, &Layout),
@@ -120,8 +121,8 @@ fn cpu_forward(
     want_lse: bool,
 ) -> Result<(CpuStorage, Option<Vec<f32>>, AttnCall)> {
     #[cfg(feature = "triton")]
-    if let Some(driver) = crate::triton::offload::active() {
-        let (out, lse, call) = crate::triton::offload::forward(driver, req, (q, q_l), (k, k_l), (v, v_l))?;
+    if let Some(driver) = crate::glue::offload::active() {
+        let (out, lse, call) = crate::glue::offload::forward(driver, req, (q, q_l), (k, k_l), (v, v_l))?;
         return Ok((out, want_lse.then_some(lse), call));
     }
     let call = AttnCall::new(req, [q.dtype(), k.dtype(), v.dtype()], q_l, k_l, v_l)?;

@@ -3,7 +3,7 @@
 //! side tensors) and degenerate ones (empty batches, `max_seqlen_q/k == 0`, no rows of q, bad
 //! seqlens and block ids, bad shapes), answered by the CPU backend's entry
 //! ([`AttnCall::new`]) and by the GPU path's ([`AttnCall::on_device`], then the family choice,
-//! the plan and every kernel argument of CK and of the Triton kernels: `rocm::work::dry_run`,
+//! the plan and every kernel argument of CK and of the Triton kernels: `plan::work::dry_run`,
 //! no GPU). They must agree: the same `Err`, or both accept. Where the GPU path leaves the
 //! values to its kernels, the CPU's refusal must be one the kernels report, and a kernel that
 //! reads them must run. Where the GPU path refuses what the CPU runs, the reason must be a
@@ -14,10 +14,10 @@ mod common;
 use candle::{DType, Device, Tensor};
 use common::images::images_for;
 use flash_attn_rocm::params::{block_table_for_kernels, prefix_ranges_for_kernels, AttnCall, Mode, Request, VarLenRequest};
-use flash_attn_rocm::rocm::dispatch::{Built, KernelChoice, KernelFamily};
-use flash_attn_rocm::rocm::work::{dry_run, side_row_strides, DeviceShape, Work, WorkArgs};
-use flash_attn_rocm::rocm::DeviceBuffers;
-use flash_attn_rocm::triton::targets::DeviceLimits;
+use flash_attn_rocm::plan::dispatch::{Built, KernelChoice, KernelFamily};
+use flash_attn_rocm::plan::work::{dry_run, side_row_strides, DeviceShape, Work, WorkArgs};
+use flash_attn_rocm::device::DeviceBuffers;
+use flash_attn_rocm::device::DeviceLimits;
 use flash_attn_rocm::triton::KernelDtype;
 use rand::rngs::StdRng;
 use rand::Rng;

@@ -5,8 +5,8 @@ mod common;
 
 use candle::{DType, Device, Layout, Tensor};
 use flash_attn_rocm::params::{AttnCall, Request, VarLenRequest};
-use flash_attn_rocm::rocm::DeviceBuffers;
-use flash_attn_rocm::triton::targets::DeviceLimits;
+use flash_attn_rocm::device::DeviceBuffers;
+use flash_attn_rocm::device::DeviceLimits;
 use flash_attn_rocm::triton::{
     fwd_args, merge_args, select, ArgValue, Family, FwdArgs, KernelDtype, KernelImage, Kernels, MergeArgs, Plan, Tile,
     TmaFwdArgs, BATCHED_DECODE_WAVES,

@@ -5,11 +5,11 @@ mod common;
 
 use candle::{DType, Device, Tensor};
 use flash_attn_rocm::params::{AttnCall, Request, VarLenRequest};
-use flash_attn_rocm::triton::targets::DeviceLimits;
+use flash_attn_rocm::device::DeviceLimits;
 use flash_attn_rocm::triton::{fwd_args, select, tma, Family, KernelDtype, KernelImage, Kernels, Plan, Tile};
 use rand::Rng;
 
-const BUFFERS: flash_attn_rocm::rocm::DeviceBuffers = common::outcome::FAKE_BUFFERS;
+const BUFFERS: flash_attn_rocm::device::DeviceBuffers = common::outcome::FAKE_BUFFERS;
 /// An H100's opt-in shared memory per block (227 KiB).
 const H100: DeviceLimits = DeviceLimits { max_shared_per_block: 232_448, max_threads_per_block: 1024, host_native_atomics: false };
 const H100_SMS: usize = 132;
@@ -197,7 +197,7 @@ fn the_walking_class_launches_one_program_per_sm() {
 
 /// Element (b, s, h, e) of a tensor read through its view: view row `b * batch_rows + s`, column
 /// `h * head_stride + e`, inside the view; at the address the tensor's own layout gives it.
-fn check_view(view: &tma::TiledView, desc: &flash_attn_rocm::triton::TensorDescArg, base: usize, t: &Tensor, batch_rows: i32, head_stride: i32, varlen_rows: Option<usize>) {
+fn check_view(view: &flash_attn_rocm::device::TiledView, desc: &flash_attn_rocm::triton::TensorDescArg, base: usize, t: &Tensor, batch_rows: i32, head_stride: i32, varlen_rows: Option<usize>) {
     let mut rng = common::rng("check_view");
     let (dims, stride) = (t.dims(), t.stride());
     assert!(view.cols * 2 <= view.row_stride_bytes, "{view:?}");

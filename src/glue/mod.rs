@@ -5,26 +5,27 @@
 //! A device adapter only says how its memory is allocated and addressed, which driver and
 //! stream it uses: candle PR #3801's ROCm device (`candle-rocm`), Candle's CUDA device
 //! (`candle-cuda`), CPU tensors offloaded to a GPU for verification
-//! ([`crate::triton::offload`]), and any other device (a Candle fork's, rocm-rs buffers) through
+//! ([`crate::glue::offload`]), and any other device (a Candle fork's, rocm-rs buffers) through
 //! an implementation of [`GpuDevice`] and a call of [`forward`]; see the trait's example.
 
 #[cfg(feature = "candle-cuda")]
 pub(crate) mod candle_cuda;
 #[cfg(feature = "candle-rocm")]
 pub(crate) mod candle_rocm;
+pub mod offload;
 mod scratch;
 
 use crate::gpu::{with_device, Api, Driver};
-use crate::triton::DeviceInfo;
+use crate::gpu::DeviceInfo;
 use crate::params::{
     block_table_for_kernels, pairs_of_each_sequence_consecutive, prefix_ranges_for_kernels, rows_of_consecutive_ids, AttnCall, Request,
 };
-use crate::rocm::dispatch::{choose, KernelChoice, KernelFamily};
-use crate::rocm::DeviceBuffers;
+use crate::plan::dispatch::{choose, KernelChoice, KernelFamily};
+use crate::device::DeviceBuffers;
 use crate::explain::GpuWork;
 use crate::Dispatch;
 use candle::{DType, Layout, Result, Tensor};
-use crate::rocm::work::{lse_buffer, side_row_strides, Work};
+use crate::plan::work::{lse_buffer, side_row_strides, Work};
 use scratch::Scratch;
 
 /// A GPU device as the forward path needs it. Everything it queues goes on [`GpuDevice::stream`],
@@ -152,7 +153,7 @@ pub fn forward<D: GpuDevice>(
     // The device's API keeps a current device per thread: make this one current for the
     // queries and launches, and give the caller's thread its own back afterwards.
     with_device(driver, device.ordinal(), || {
-        let (_, info) = crate::triton::current_device(driver)?;
+        let (_, info) = crate::gpu::current_device(driver)?;
         let call = match on_device.seqs.unread() {
             Some(_) if !reports_faults_to_the_host(driver, &info) => {
                 AttnCall::new(req, inputs.dtypes, inputs.q.1, inputs.k.1, inputs.v.1)?
@@ -174,12 +175,12 @@ pub fn reports_faults_to_the_host(driver: &Driver, info: &DeviceInfo) -> bool {
 
 /// The build's kernels as [`choose`] weighs them: CK where this build has it, and the
 /// embedded Triton images.
-fn built() -> crate::rocm::dispatch::Built<'static> {
+fn built() -> crate::plan::dispatch::Built<'static> {
     #[cfg(feature = "rocm")]
     let (ck_archs, ck_hdims, ck_splitkv_hdims) = (crate::rocm::CK_ARCHS, crate::rocm::CK_HDIMS, crate::rocm::CK_SPLITKV_HDIMS);
     #[cfg(not(feature = "rocm"))]
     let (ck_archs, ck_hdims, ck_splitkv_hdims) = ("", "", "");
-    crate::rocm::dispatch::Built { ck_archs, ck_hdims, ck_splitkv_hdims, triton: crate::triton::KERNELS }
+    crate::plan::dispatch::Built { ck_archs, ck_hdims, ck_splitkv_hdims, triton: crate::triton::KERNELS }
 }
 
 /// Allocates the outputs of `call` and queues its kernels on `device`, which is current.
@@ -262,7 +263,7 @@ fn dispatch(
     info: &DeviceInfo,
     req: &Request<'_>,
     call: &AttnCall,
-    (family, built): (KernelFamily, &crate::rocm::dispatch::Built),
+    (family, built): (KernelFamily, &crate::plan::dispatch::Built),
     work: &Work,
 ) -> Dispatch {
     let device = format!("{}:{ordinal}:{}", driver.api(), info.arch);

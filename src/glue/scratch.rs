@@ -5,8 +5,8 @@
 use super::GpuDevice;
 use crate::gpu::Driver;
 use crate::params::AttnCall;
-use crate::rocm::work::Work;
-use crate::rocm::DeviceBuffers;
+use crate::plan::work::Work;
+use crate::device::DeviceBuffers;
 use candle::Result;
 
 /// The work of one launch and the scratch buffers it uses (fields apart, so that the buffers'
@@ -47,7 +47,7 @@ pub(super) fn launch(driver: &'static Driver, call: &AttnCall, work: &Work, buff
 /// Queues CK's kernels, the side-tensor guard first when the call has seqlens.
 #[cfg(feature = "rocm")]
 fn launch_ck(call: &AttnCall, work: &Work, buffers: DeviceBuffers, addrs: &[usize]) -> Result<()> {
-    use crate::rocm::work::WorkArgs;
+    use crate::plan::work::WorkArgs;
     use crate::rocm::{fmha_fwd, guard_side_tensors};
     let WorkArgs::Ck { guard, params } = work.args(call, buffers, addrs, |_| unreachable!("CK takes no TMA descriptors"))? else {
         unreachable!("CK's work has CK's arguments")

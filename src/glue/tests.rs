@@ -3,8 +3,8 @@
 
 use crate::gpu::tests::mock::mock_driver;
 use crate::gpu::Driver;
-use crate::triton::offload::run_on_gpu;
-use crate::triton::targets::DeviceLimits;
+use crate::glue::offload::run_on_gpu;
+use crate::device::DeviceLimits;
 use candle::{DType, Device, Tensor};
 use rand::Rng;
 

@@ -13,6 +13,7 @@
 mod buffer;
 mod compute_units;
 mod cuda;
+mod device_info;
 mod error;
 mod fault_words;
 mod hip;
@@ -25,13 +26,13 @@ use std::ffi::{c_char, c_void};
 use std::sync::{Arc, OnceLock};
 
 pub use buffer::DeviceBuffer;
+pub use device_info::{current_device, device_key, DeviceInfo, DeviceKey};
 pub use error::{Api, GpuError, GpuResult, NOT_A_DRIVER_STATUS};
 pub use fault_words::FaultWord;
 pub use hip::{HIP_DEVICE_PROP_R0600_SIZE, HIP_GCN_ARCH_NAME_OFFSET, HIP_HEADER_CHECK};
-pub use crate::triton::targets::DeviceLimits;
+pub use crate::device::{DeviceLimits, MapElement, TensorMap, TiledView};
 pub use module::{Function, Module};
 pub use scope::with_device;
-pub use crate::triton::tma::{MapElement, TensorMap, TiledView};
 
 /// An opaque driver handle (module, function, context, stream, HIP device pointer).
 type Handle = *mut c_void;

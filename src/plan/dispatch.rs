@@ -2,10 +2,9 @@
 //! this build serves it on this arch, our Triton kernels otherwise (RDNA, and what CK lacks:
 //! head dims off its tiles, any page size, softcap with ALiBi, mm_prefix_ranges).
 //! `FLASH_ATTN_ROCM_KERNELS=auto|ck|triton` forces one, for comparisons and tests. Pure Rust.
-use super::marshal::check_supported;
-use super::splitkv::splitkv_tile;
+use crate::device::DeviceLimits;
 use crate::params::{AttnCall, Mode};
-use crate::triton::targets::DeviceLimits;
+use crate::rocm::{check_supported, splitkv_tile};
 use crate::triton::{select, KernelImage, Kernels};
 use candle::Result;
 

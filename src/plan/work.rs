@@ -3,14 +3,12 @@
 //! scratch it needs, and the arguments of every kernel it launches. Pure Rust: the glue's launch
 //! and [`dry_run`] (the device path without a device) build their arguments here.
 use super::dispatch::{choose, Built, KernelChoice, KernelFamily};
-use super::ffi::{CkFwdParams, CkSideTensorGuard};
-use super::guard::{guard_params, guard_scratch_len, guarded_buffers};
-use super::marshal::{check_ck_params, ck_fwd_params, DeviceBuffers};
-use super::splitkv::{plan_split_kv, split_kv_scratch_lens, SplitKv};
-use super::marshal::lse_buffer_required;
+use crate::device::{DeviceBuffers, DeviceLimits, TensorMap};
 use crate::params::{pairs_of_each_sequence_consecutive, rows_of_consecutive_ids, AttnCall, Mode, Request};
-use crate::triton::targets::DeviceLimits;
-use crate::triton::tma::TensorMap;
+use crate::rocm::{
+    check_ck_params, ck_fwd_params, guard_params, guard_scratch_len, guarded_buffers, lse_buffer_required, plan_split_kv,
+    split_kv_scratch_lens, CkFwdParams, CkSideTensorGuard, SplitKv,
+};
 use crate::triton::{kernel_args, KernelArgs, Plan};
 use candle::{DType, Layout, Result, Tensor};
 
@@ -108,7 +106,7 @@ impl Work {
         call: &AttnCall,
         mut buffers: DeviceBuffers,
         mut scratch: &[usize],
-        encode: impl FnMut(&crate::triton::tma::TiledView) -> Result<TensorMap>,
+        encode: impl FnMut(&crate::device::TiledView) -> Result<TensorMap>,
     ) -> Result<WorkArgs> {
         match self {
             Work::Nothing => Ok(WorkArgs::Nothing),

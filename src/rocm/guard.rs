@@ -13,7 +13,7 @@
 //! call that had the bad values has already returned `Ok`), or explicitly by
 //! [`crate::take_gpu_faults`] after a synchronize.
 use super::ffi::CkSideTensorGuard;
-use super::marshal::DeviceBuffers;
+use crate::device::DeviceBuffers;
 use crate::params::{AttnCall, Mode};
 use candle::Result;
 

@@ -8,7 +8,7 @@ use super::ffi::CkFwdParams;
 
 /// The archs of this build's CK kernels, comma-separated (`gfx942,gfx950`): those of
 /// `FLASH_ATTN_ROCM_ARCHS` that CK serves (gfx90a, gfx942, gfx950); empty without CK. For the
-/// dispatch ([`Built`](super::dispatch::Built)).
+/// dispatch ([`Built`](crate::plan::dispatch::Built)).
 pub const CK_ARCHS: &str = match option_env!("FLASH_ATTN_ROCM_CK_ARCHS") {
     Some(archs) => archs,
     None => "",
@@ -29,7 +29,7 @@ pub const CK_SPLITKV_HDIMS: &str = match option_env!("FLASH_ATTN_ROCM_CK_SPLITKV
 /// Compute units of the current HIP device, for `rocm::plan_split_kv`: asked once per device
 /// (hipDeviceGetAttribute through HIP loaded at run time) and cached for the process.
 pub fn compute_units() -> candle::Result<usize> {
-    let (_, info) = crate::triton::current_device(crate::gpu::Driver::hip()?)?;
+    let (_, info) = crate::gpu::current_device(crate::gpu::Driver::hip()?)?;
     Ok(info.units)
 }
 

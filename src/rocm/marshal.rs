@@ -3,6 +3,7 @@
 //! compiled and tested in every build, whether or not ROCm is present.
 use super::ffi::{CkBias, CkDtype, CkFwdParams, CkMask};
 use super::splitkv::{AccumulatorStrides, SplitKv, CK_MAX_SPLITS};
+use crate::device::DeviceBuffers;
 use crate::params::{AttnCall, Mode};
 use candle::{DType, Result};
 
@@ -14,50 +15,6 @@ pub const CK_ALIBI_MAX_DISTANCE: usize = 65536;
 /// flash-attention's CK path requires paged K/V blocks of a multiple of 128 rows
 /// (mha_varlen_fwd.cpp), the K/V tile length of the split-KV kernels.
 pub const CK_PAGE_BLOCK_MULTIPLE: usize = 128;
-
-/// Device addresses of one call. `q`, `k`, `v` are the base addresses of their storages (the
-/// call's element offsets are added here); the others point at their first element already.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DeviceBuffers {
-    /// Base device address of q's storage (the call's element offset is added when marshalled).
-    pub q: usize,
-    /// Base device address of k's storage (paged: the block pool).
-    pub k: usize,
-    /// Base device address of v's storage (paged: the block pool).
-    pub v: usize,
-    /// Contiguous output: `(b, s_q, h, d)` in batch mode, `(total_q, h, d)` otherwise.
-    pub out: usize,
-    /// f32 log-sum-exp output, or 0 for none (see [`lse_buffer_required`]): `(b, h, s_q)` in
-    /// batch mode, `(h, total_q)` otherwise (see [`AttnCall::lse_dims`]).
-    pub lse: usize,
-    /// f32 ALiBi slopes `(h,)`, when the call has them.
-    pub alibi_slopes: usize,
-    /// Cumulative query seqlens (`b + 1` u32, read by CK as i32), varlen and paged modes.
-    pub seqstart_q: usize,
-    /// Cumulative key seqlens (`b + 1` u32, read by CK as i32), varlen and paged modes.
-    pub seqstart_k: usize,
-    /// `(b, max_blocks)` i32/u32 block table, paged mode.
-    pub block_table: usize,
-    /// The block table's row stride in elements (at least `max_blocks`), paged mode.
-    pub block_table_row_stride: usize,
-    /// Paged mode: the split-KV LSE accumulator, f32 `(h, splits, total_q)` of
-    /// [`super::split_kv_scratch_lens`]`.0` elements; required there.
-    pub lse_acc: usize,
-    /// Paged mode: the split-KV output accumulator, f32 `(h, splits, total_q, d)` of
-    /// [`super::split_kv_scratch_lens`]`.1` elements; required there.
-    pub o_acc: usize,
-    /// `mm_prefix_ranges` `(b, max_ranges, 2)` i32 (Triton kernels only; CK refuses the
-    /// ranges), each sequence's pairs consecutive, rows `mm_prefix_row_stride` elements apart.
-    pub mm_prefix: usize,
-    /// The row stride of `mm_prefix`, in i32 elements, between sequences.
-    pub mm_prefix_row_stride: usize,
-    /// The stream to run on (`hipStream_t`; `CUstream` on the CUDA verification path).
-    pub stream: usize,
-    /// The device address of the call's fault word (a u32 in mapped host memory,
-    /// `crate::gpu::Driver::queue_with_fault_word`) the Triton kernels and CK's side-tensor
-    /// guard report out-of-range side tensors to.
-    pub fault: usize,
-}
 
 /// The CK arguments for `call` on `buffers`, or an error naming what CK cannot serve. Paged
 /// calls run on the split-KV kernels and need their `split` plan ([`super::plan_split_kv`]),

@@ -3,7 +3,7 @@
 //! Python source), and of `attn_fwd_tma` in kernels/attention_tma.py, turned into the driver's
 //! argument array at launch.
 
-use super::tma::TensorMap;
+use crate::device::TensorMap;
 
 /// One kernel argument as the driver passes it (by address of its value).
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -4,31 +4,13 @@ use super::args::ArgValue;
 use super::marshal::{kernel_args, Plan};
 use super::registry::{KernelImage, KERNELS};
 use super::select::select;
-use crate::gpu::{Api, DeviceLimits, Driver, Function, Module, TensorMap};
+use crate::device::DeviceBuffers;
+use crate::gpu::{current_device, device_key, DeviceKey, Driver, Function, Module, TensorMap};
 use crate::params::AttnCall;
-use crate::rocm::DeviceBuffers;
 use candle::Result;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Mutex, OnceLock};
-
-/// What the plan needs to know of a device, queried once per device.
-#[derive(Debug, Clone)]
-pub struct DeviceInfo {
-    /// The code-object target: `gfx1100`, `gfx942`, ..., `sm_90`.
-    pub arch: String,
-    /// Compute units (AMD) or SMs (NVIDIA).
-    pub units: usize,
-    /// What one block may use: the code objects selected must fit it.
-    pub limits: DeviceLimits,
-}
-
-type DeviceKey = (Api, i32);
-
-fn devices() -> &'static Mutex<HashMap<DeviceKey, DeviceInfo>> {
-    static DEVICES: OnceLock<Mutex<HashMap<DeviceKey, DeviceInfo>>> = OnceLock::new();
-    DEVICES.get_or_init(Default::default)
-}
 
 /// Loaded kernels per (device, image address); the modules stay loaded for the life of the
 /// process.
@@ -37,27 +19,6 @@ type FunctionCache = Mutex<HashMap<(DeviceKey, usize), (Module, Function)>>;
 fn functions() -> &'static FunctionCache {
     static FUNCTIONS: OnceLock<FunctionCache> = OnceLock::new();
     FUNCTIONS.get_or_init(Default::default)
-}
-
-/// The current device of `driver`, as the caches key it.
-fn device_key(driver: &'static Driver) -> Result<DeviceKey> {
-    Ok((driver.api(), driver.current_device()?))
-}
-
-/// The current device of `driver` and its properties (cached; no driver query after the first).
-pub fn current_device(driver: &'static Driver) -> Result<(DeviceKey, DeviceInfo)> {
-    let key = device_key(driver)?;
-    let mut cache = devices().lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(info) = cache.get(&key) {
-        return Ok((key, info.clone()));
-    }
-    let info = DeviceInfo {
-        arch: driver.arch_name(key.1)?,
-        units: driver.multiprocessor_count(key.1)? as usize,
-        limits: driver.device_limits(key.1)?,
-    };
-    cache.insert(key, info.clone());
-    Ok((key, info))
 }
 
 /// The plan of `call` on the current device of `driver`.

@@ -2,11 +2,12 @@
 //! splits and the exact argument structs. Pure Rust, tested in every build.
 use super::args::{ArgValue, FwdArgs, MergeArgs};
 use super::registry::{Family, KernelImage, Tile};
-use super::tma::{self, TensorMap, TiledView};
+use super::tma;
+use crate::device::{TensorMap, TiledView};
 use super::select::Kernels;
 use super::split;
 use crate::params::{AttnCall, Mode};
-use crate::rocm::DeviceBuffers;
+use crate::device::DeviceBuffers;
 use candle::Result;
 
 /// Bytes per element of the f16/bf16 tensors the kernels read.
@@ -260,7 +261,7 @@ pub struct KernelArgs {
 /// The arguments a launch of `plan` for `call` on `buffers` passes, checked as the launch
 /// checks them; `encode` makes the TMA kernel's descriptors (the driver's, or any stand-in
 /// where nothing is launched). Pure but for `encode`: the launch and
-/// [`crate::rocm::work::dry_run`] build their arguments here.
+/// [`crate::plan::work::dry_run`] build their arguments here.
 pub fn kernel_args(
     call: &AttnCall,
     plan: &Plan,

@@ -6,15 +6,12 @@
 //! arguments ([`args`]) from a validated [`crate::params::AttnCall`]. These are pure Rust and
 //! tested in every build. With the `triton` feature (enabled by `rocm` and `cuda-verify`),
 //! `launch` loads the code objects once per device and queues them on the caller's stream
-//! through `crate::gpu` (HIP on AMD GPUs, the CUDA driver for the NVIDIA verification build),
-//! and `offload` runs CPU-tensor calls on a GPU for verification.
+//! through `crate::gpu` (HIP on AMD GPUs, the CUDA driver for the NVIDIA verification build).
 
 pub mod args;
 #[cfg(feature = "triton")]
 mod launch;
 pub mod marshal;
-#[cfg(feature = "triton")]
-pub mod offload;
 pub mod registry;
 pub mod select;
 pub mod span;
@@ -24,7 +21,7 @@ pub mod tma;
 
 pub use args::{ArgValue, FwdArgs, MergeArgs, TensorDescArg, TmaFwdArgs};
 #[cfg(feature = "triton")]
-pub use launch::{current_device, launch, plan, take_faults, DeviceInfo};
+pub use launch::{launch, plan, take_faults};
 pub use marshal::{fwd_args, kernel_args, merge_args, KernelArgs, Plan, BATCHED_DECODE_WAVES};
 pub use registry::{Family, KernelDtype, KernelImage, Tile, KERNELS};
 pub use select::{embedded_targets, needs_extras, select, BatchedDecode, Kernels, DECODE_ROWS};

@@ -1,8 +1,9 @@
 //! Which embedded code objects serve a call on a given device.
 use super::registry::{Family, KernelDtype, KernelImage, Tile, KERNELS};
-use super::targets::{build_for, candidates, embedded, forced_target, DeviceLimits, ENV_TARGET};
-use crate::params::AttnCall;
-use crate::rocm::DeviceBuffers;
+use super::targets::{build_for, candidates, embedded, forced_target, ENV_TARGET};
+use crate::device::DeviceLimits;
+use crate::params::{AttnCall, MAX_HEAD_DIM};
+use crate::device::DeviceBuffers;
 use candle::{DType, Result};
 
 /// Query rows (times the GQA group) up to which the decode tile serves a call.
@@ -86,9 +87,18 @@ fn has_extra_features(call: &AttnCall) -> bool {
 /// Whether the plain kernels can fold `call`'s softmax scale into the exponent: `softmax_scale *
 /// log2(e)` is a positive normal f32.
 fn scale_folds(call: &AttnCall) -> bool {
-    let qk_scale = call.softmax_scale * std::f32::consts::LOG2_E;
+    scale_folds_f32(call.softmax_scale)
+}
+
+/// [`scale_folds`] of a softmax scale.
+fn scale_folds_f32(softmax_scale: f32) -> bool {
+    let qk_scale = softmax_scale * std::f32::consts::LOG2_E;
     qk_scale.is_normal() && qk_scale > 0.0
 }
+
+/// The largest head-dim tile of the Triton kernels (kernels/aot.py's BLOCK_DIMS): no build
+/// serves a larger head dim.
+const LARGEST_TILE: u32 = 256;
 
 /// Picks the kernels for `call` on a device of arch `device` with `limits` among `images` (the
 /// embedded [`KERNELS`] in production). The targets that serve the device are tried in order
@@ -148,14 +158,23 @@ fn nothing_fits(
     let Some(need) = built_for_call.map(|kernels| kernels.neediest()).min_by_key(|image| (image.shared, image.threads))
     else {
         let Wanted { dtype, d, paged, extras, features, softmax_scale, .. } = wanted;
-        let why_extras = match (extras, features) {
-            (false, _) => String::new(),
-            (true, true) => ", with ALiBi/softcap/mm_prefix_ranges (the extras variants)".to_owned(),
-            (true, false) => format!(
+        if d > LARGEST_TILE {
+            return candle::Error::Msg(format!(
+                "flash-attn-rocm: head dim {d} has no Triton kernel: the largest tile is {LARGEST_TILE} \
+                 (the CPU backend serves head dims up to {MAX_HEAD_DIM})"
+            ))
+            .bt();
+        }
+        let mut why_extras = String::new();
+        if extras && features {
+            why_extras += ", with ALiBi/softcap/mm_prefix_ranges (the extras variants)";
+        }
+        if extras && !scale_folds_f32(softmax_scale) {
+            why_extras += &format!(
                 ", softmax_scale {softmax_scale} (not a positive normal scale: the plain kernels fold the scale into \
                  the exponent, only the extras variants `*_x` scale every score)"
-            ),
-        };
+            );
+        }
         return candle::Error::Msg(format!(
             "flash-attn-rocm: no Triton kernel built for {}, {dtype:?}, head dim {d}{}{why_extras}. \
              Rebuild with FLASH_ATTN_ROCM_TRITON_DIMS holding a tile >= {d}, FLASH_ATTN_ROCM_DTYPES and \
@@ -681,9 +700,24 @@ mod tests {
         let images = build(&[("sm_80", &plain, false)]);
         let err = select_for(&negative, "sm_80", nvidia(A100_SHARED), None, images).unwrap_err().to_string();
         assert!(err.contains("softmax_scale -0.1") && err.contains("*_x") && !err.contains("ALiBi"), "{err}");
+        // With a softcap as well, both reasons are named (before, only the features were).
         let softcapped = AttnCall { softmax_scale: -0.1, ..call(512, 128, true) };
         let err = select_for(&softcapped, "sm_80", nvidia(A100_SHARED), None, images).unwrap_err().to_string();
-        assert!(err.contains("ALiBi/softcap/mm_prefix_ranges"), "{err}");
+        assert!(err.contains("ALiBi/softcap/mm_prefix_ranges") && err.contains("softmax_scale -0.1"), "{err}");
+        let softcapped = AttnCall { softmax_scale: 0.1, ..call(512, 128, true) };
+        let err = select_for(&softcapped, "sm_80", nvidia(A100_SHARED), None, images).unwrap_err().to_string();
+        assert!(err.contains("ALiBi/softcap/mm_prefix_ranges") && !err.contains("softmax_scale"), "{err}");
+    }
+
+    #[test]
+    fn a_head_dim_above_every_tile_is_refused_without_a_rebuild_hint() {
+        // Before, a head dim of 512 was told to rebuild with a tile >= 512, which no build has.
+        let images = build(&[("sm_80", &SM_80, false)]);
+        for d in [264, 512] {
+            let wide = call(512, d, false);
+            let err = select_for(&wide, "sm_80", nvidia(A100_SHARED), None, images).unwrap_err().to_string();
+            assert!(err.contains(&format!("head dim {d} has no Triton kernel")) && !err.contains("Rebuild"), "{err}");
+        }
     }
 
     #[test]

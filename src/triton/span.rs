@@ -8,7 +8,7 @@
 //! within [`MAX_SPAN`] bytes of the base pointer it is given: this module measures that from the
 //! layouts of the call, and the launcher takes the 64-bit variant otherwise.
 use crate::params::{AttnCall, Mode};
-use crate::rocm::DeviceBuffers;
+use crate::device::DeviceBuffers;
 
 /// The bytes a `_b32` kernel may reach from a base pointer: triton 3.6's buffer resources hold
 /// `num_records = 0x7FFF_FFFE`, and an access passing it reads 0 (writes nothing).
@@ -99,7 +99,7 @@ pub fn fits_32bit(call: &AttnCall, num_splits: usize, buffers: &DeviceBuffers) -
 mod tests {
     use super::*;
     use crate::params::{Request, VarLenRequest};
-    use crate::triton::targets::DeviceLimits;
+    use crate::device::DeviceLimits;
     use crate::triton::{select, Family, KernelDtype, KernelImage, Kernels, Tile};
     use candle::{DType, Device, Layout, Tensor};
 

@@ -5,28 +5,12 @@
 //! [`super::select()`] goes down the list until one does. Tests and comparisons can force a
 //! target with `FLASH_ATTN_ROCM_TRITON_TARGET`. Pure Rust.
 use super::registry::KernelImage;
+use crate::device::DeviceLimits;
 
 /// Forces the code-object target (`sm_80`, `gfx1100`, ...) whatever the device is; the driver
 /// must be able to load it (PTX on an NVIDIA GPU of at least its compute capability). Read once
 /// per process.
 pub const ENV_TARGET: &str = "FLASH_ATTN_ROCM_TRITON_TARGET";
-
-/// What a device allows one block of a kernel launch, queried once per device from its driver
-/// (`crate::gpu::Driver::device_limits`). A code object runs on the device only when it fits
-/// ([`DeviceLimits::fits`]): a cubin or PTX of another target may need more shared memory than
-/// the device has (an sm_80 tile on an sm_86 GPU), and its every launch would fail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DeviceLimits {
-    /// Shared memory (LDS) one block may use, in bytes: on NVIDIA the most a kernel can opt
-    /// into (99 KiB on sm_86, sm_89 and sm_120; 163 KiB on sm_80; 227 KiB on sm_90), on AMD
-    /// the LDS of a workgroup (64 KiB; 160 KiB on gfx950).
-    pub max_shared_per_block: u32,
-    /// Threads one block may have.
-    pub max_threads_per_block: u32,
-    /// The link between the device and the host performs atomic operations natively, so that
-    /// the device's atomics on mapped host memory are atomic with respect to the host's.
-    pub host_native_atomics: bool,
-}
 
 impl DeviceLimits {
     /// Whether `image` can be launched on the device: its dynamic shared memory and threads

@@ -7,6 +7,7 @@ use super::args::{FwdArgs, TensorDescArg, TmaFwdArgs};
 use super::marshal::ELEM;
 use super::registry::{KernelDtype, KernelImage, Tile};
 use super::select::needs_extras;
+use crate::device::{MapElement, TensorMap, TiledView};
 use crate::params::{AttnCall, Mode, TensorView};
 use candle::Result;
 
@@ -131,64 +132,6 @@ const MAX_GRID_Y: usize = 65535;
 /// Elements per descriptor box row: 128 bytes of f16/bf16, the swizzle span (kernels/aot.py's
 /// TMA_BOX_COLS; the build refuses a kernel laid out otherwise).
 pub const BOX_COLS: u32 = 64;
-
-/// A `CUtensorMap`: 128 opaque bytes, 64-byte aligned as `cuda.h` declares it (the launch copies
-/// it from here into the kernel's parameter space).
-#[derive(Clone, Copy, PartialEq, Eq)]
-#[repr(C, align(64))]
-pub struct TensorMap(pub [u8; 128]);
-
-impl Default for TensorMap {
-    fn default() -> Self {
-        TensorMap([0; 128])
-    }
-}
-
-impl std::fmt::Debug for TensorMap {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TensorMap(..)")
-    }
-}
-
-/// Element types of [`TiledView`] (`CUtensorMapDataType`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MapElement {
-    /// `CU_TENSOR_MAP_DATA_TYPE_FLOAT16`.
-    F16,
-    /// `CU_TENSOR_MAP_DATA_TYPE_BFLOAT16`.
-    Bf16,
-}
-
-impl MapElement {
-    /// The `CUtensorMapDataType` value.
-    pub fn cuda_enum(self) -> i32 {
-        match self {
-            MapElement::F16 => 6,
-            MapElement::Bf16 => 9,
-        }
-    }
-}
-
-/// A 2-D row-major view of device memory, read in boxes of `box_rows x box_cols` elements with
-/// the 128-byte swizzle (`CU_TENSOR_MAP_SWIZZLE_128B`), what the kernels' NVMMA shared layouts
-/// expect. Reads past the view are zero-filled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TiledView {
-    /// The element type.
-    pub element: MapElement,
-    /// Address of element (0, 0): 16-byte aligned.
-    pub base: u64,
-    /// Rows of the view (at least 1).
-    pub rows: u64,
-    /// Elements per row (at least 1).
-    pub cols: u64,
-    /// Bytes from one row to the next: a multiple of 16, at least `cols` elements.
-    pub row_stride_bytes: u64,
-    /// Rows per box.
-    pub box_rows: u32,
-    /// Elements per box row: at most 128 bytes of them (the swizzle span).
-    pub box_cols: u32,
-}
 
 /// Whether the TMA kernel serves `call` (given an image of its dtype and head dim): plain
 /// (no ALiBi, softcap, mm_prefix ranges, paging; a scale the kernel folds), no left window, at

@@ -5,7 +5,7 @@
 use candle::{DType, Tensor};
 use flash_attn_rocm as fa;
 use flash_attn_rocm::gpu::Driver;
-use flash_attn_rocm::triton::offload::run_on_gpu;
+use flash_attn_rocm::glue::offload::run_on_gpu;
 use flash_attn_rocm::triton::take_faults;
 use rand::rngs::StdRng;
 

@@ -5,7 +5,7 @@
 use candle::{DType, Device, Tensor};
 use flash_attn_rocm::gpu::{DeviceBuffer, Driver};
 use flash_attn_rocm::params::{AttnCall, Request};
-use flash_attn_rocm::rocm::DeviceBuffers;
+use flash_attn_rocm::device::DeviceBuffers;
 use flash_attn_rocm::triton::{launch, plan, take_faults};
 
 /// Bytes of a contiguous f16/bf16/f32 tensor.

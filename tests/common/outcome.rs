@@ -1,7 +1,7 @@
 //! What the GPU suites compare: a public function's result and the dtypes/head dims they sweep.
 
 use candle::{DType, Result, Tensor};
-use flash_attn_rocm::rocm::DeviceBuffers;
+use flash_attn_rocm::device::DeviceBuffers;
 
 pub const DTYPES: [DType; 2] = [DType::F16, DType::BF16];
 /// Each dtype with the two head dims its cases alternate, swapped between the dtypes so that

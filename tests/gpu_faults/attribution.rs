@@ -9,7 +9,7 @@ use crate::common::ragged::{paginate, ragged, Paged, Ragged};
 use crate::common::{rng, values};
 use candle::{DType, Device, Tensor};
 use flash_attn_rocm as fa;
-use flash_attn_rocm::triton::offload::run_on_gpu;
+use flash_attn_rocm::glue::offload::run_on_gpu;
 use rand::Rng;
 
 /// Rounds of bad and valid calls on each side.

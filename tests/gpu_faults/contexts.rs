@@ -89,7 +89,7 @@ pub fn a_call_after_a_device_reset_is_refused() {
     let driver = check::driver().unwrap();
     let case = PagedCase::new("contexts/reset", 16);
     let cpu = case.cpu();
-    let out = fa::triton::offload::run_on_gpu(driver, || case.call(&Device::Cpu, false)).unwrap();
+    let out = fa::glue::offload::run_on_gpu(driver, || case.call(&Device::Cpu, false)).unwrap();
     let worst = crate::common::values(&out).iter().zip(&cpu).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
     assert!(worst <= 4e-3, "before the reset: differs from the CPU by {worst:.3e}");
     let cu = Cu::open();
@@ -101,7 +101,7 @@ pub fn a_call_after_a_device_reset_is_refused() {
     let refused = queue_nothing(driver).expect_err("a call after the reset is refused");
     eprintln!("refused: {refused}");
     assert!(refused.to_string().contains("device reset"), "{refused}");
-    let through_api = fa::triton::offload::run_on_gpu(driver, || case.call(&Device::Cpu, false));
+    let through_api = fa::glue::offload::run_on_gpu(driver, || case.call(&Device::Cpu, false));
     eprintln!("a public call after the reset: {:?}", through_api.as_ref().map(|_| ()).map_err(|e| e.to_string()));
     assert!(through_api.is_err(), "a public call after the reset returns an Err, never a wrong result");
     fa::take_gpu_faults().expect("still readable");

@@ -6,7 +6,8 @@
 use candle::{Device, Tensor};
 use flash_attn_rocm::gpu::Driver;
 use flash_attn_rocm::triton::targets::{candidates, embedded, forced_target};
-use flash_attn_rocm::triton::{embedded_targets, offload::run_on_gpu, KERNELS};
+use flash_attn_rocm::glue::offload::run_on_gpu;
+use flash_attn_rocm::triton::{embedded_targets, KERNELS};
 use rand::rngs::StdRng;
 
 use crate::common::expected::Expected;

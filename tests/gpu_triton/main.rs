@@ -1,7 +1,7 @@
 //! The Triton kernels on a real GPU: every public function (candle-flash-attn's eleven,
 //! `FlashAttn::forward_with_lse` and the `*_with_lse` functions) runs on CPU tensors once on the
 //! CPU backend and once offloaded to the GPU through the Triton path
-//! (`flash_attn_rocm::triton::offload::run_on_gpu`: upload, plan, launch, download). Both outputs
+//! (`flash_attn_rocm::glue::offload::run_on_gpu`: upload, plan, launch, download). Both outputs
 //! must pass the parity rule against the f64 reference and the GPU LSE must match the CPU's.
 //!
 //! With `candle-cuda`, every check also runs on Candle CUDA tensors (check.rs).

@@ -270,11 +270,11 @@ pub fn short_masked_prompts_match_cpu() {
         let x = batch_inputs(&c, &mut rng);
         let exp = batch_expected(&c, &x);
         let f = x.features(&c);
-        let chosen = fa::explain(|| fa::triton::offload::run_on_gpu(driver, || calls::batch(&x.q, &x.k, &x.v, f))).unwrap();
+        let chosen = fa::explain(|| fa::glue::offload::run_on_gpu(driver, || calls::batch(&x.q, &x.k, &x.v, f))).unwrap();
         let has_short = fa::triton::KERNELS.iter().any(|k| k.target == chosen.target && k.tile == Tile::PrefillShort);
         // Causal d = 64 and 128 prompts take the TMA kernel where built, if their grid fills the
         // device (not at this batch on an H100 or H200).
-        let units = fa::triton::current_device(driver).unwrap().1.units;
+        let units = fa::gpu::current_device(driver).unwrap().1.units;
         let tile = match (has_tma(&chosen.target, d, Tile::Prefill), has_short) {
             (true, _) if window == CAUSAL && tma_programs(&c, 64) >= units => "fwd_tma_",
             (_, true) => "fwd_prefill_short_",
@@ -306,7 +306,7 @@ pub fn batched_decode_matches_cpu() {
         return;
     };
     let driver = crate::check::driver().unwrap();
-    let units = fa::triton::current_device(driver).unwrap().1.units;
+    let units = fa::gpu::current_device(driver).unwrap().1.units;
     for (n, (d, h, h_k, window)) in [(128, 32, 8, NONE), (64, 16, 16, CAUSAL), (96, 8, 2, NONE), (32, 8, 4, CAUSAL), (256, 8, 8, NONE)]
         .into_iter()
         .enumerate()
@@ -318,7 +318,7 @@ pub fn batched_decode_matches_cpu() {
         let x = batch_inputs(&c, &mut rng);
         let exp = batch_expected(&c, &x);
         let f = x.features(&c);
-        let chosen = fa::explain(|| fa::triton::offload::run_on_gpu(driver, || calls::batch(&x.q, &x.k, &x.v, f))).unwrap();
+        let chosen = fa::explain(|| fa::glue::offload::run_on_gpu(driver, || calls::batch(&x.q, &x.k, &x.v, f))).unwrap();
         let block_d = (d as u32).next_power_of_two().max(32);
         let has_batched = fa::triton::KERNELS
             .iter()
@@ -359,7 +359,7 @@ pub fn tma_prompts_match_cpu() {
         return;
     };
     let driver = crate::check::driver().unwrap();
-    let units = fa::triton::current_device(driver).unwrap().1.units;
+    let units = fa::gpu::current_device(driver).unwrap().1.units;
     // (b, s_q, s_k, h, h_k, d, window, transposed, whether the TMA kernel serves it)
     let cases = [
         (3, 130, 200, 8, 2, 128, CAUSAL, false, true),
@@ -414,7 +414,7 @@ pub fn tma_prompts_match_cpu() {
             x.v = nan_tail(&x.v);
         }
         let f = x.features(&c);
-        let chosen = fa::explain(|| fa::triton::offload::run_on_gpu(driver, || calls::batch(&x.q, &x.k, &x.v, f))).unwrap();
+        let chosen = fa::explain(|| fa::glue::offload::run_on_gpu(driver, || calls::batch(&x.q, &x.k, &x.v, f))).unwrap();
         let tma = chosen.variant.starts_with("fwd_tma_");
         assert_eq!(tma, serves && has_tma(&chosen.target, d, Tile::Prefill), "{c:?} ran {} on {}", chosen.variant, chosen.target);
         // Every right window here is within the keys: a diagonal.
@@ -445,7 +445,7 @@ pub fn tma_prompts_match_cpu() {
         let exp = expected(&r.seqs(), &vec![fv.ref_opts(max_k); lens.len()], (6, 2, d), DTYPES[n % 2], LseLayout::VarLen);
         let (sq, sk) = r.seqlens();
         let s = calls::Seqlens { q: &sq, k: &sk, max_q, max_k };
-        let chosen = fa::explain(|| fa::triton::offload::run_on_gpu(driver, || calls::varlen(&r.q, &r.k, &r.v, &s, fv))).unwrap();
+        let chosen = fa::explain(|| fa::glue::offload::run_on_gpu(driver, || calls::varlen(&r.q, &r.k, &r.v, &s, fv))).unwrap();
         let class = if block_m == 128 { Tile::PrefillWalk } else { Tile::Prefill };
         let fills = max_q.div_ceil(block_m) * lens.len() * 6 >= units;
         assert_eq!(chosen.variant.starts_with("fwd_tma_"), has_tma(&chosen.target, d, class) && fills, "varlen ran {}", chosen.variant);

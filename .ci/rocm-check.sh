@@ -31,11 +31,9 @@
 #     each binary started on it (--list; no kernel runs without the emulator).
 #  3. Triton AOT check: the test of aot.py's launch-contract check (tests/python/
 #     test_aot_metadata.py, in the triton venv: it compiles one small kernel for gfx1100), then
-#     kernels/aot.py for one target per tile family, gfx942, gfx1030, gfx1100 and gfx1201, with
-#     every tile and dtype (AOT_TARGETS), and for gfx90a, gfx1103 and gfx1151 (AOT_CHECK_TARGETS:
-#     CDNA 2, the other RDNA 3 register-file class, RDNA 3.5) at the tiles the check covers,
-#     d <= 128, in fp16, and for AOT_TARGETS the split head-dim tiles the check covers (48, 80,
-#     96) in fp16,
+#     kernels/aot.py for each kernel set of AOT_SETS (below: every power-of-two tile of one
+#     target per tile family in fp16, RDNA 2's own bf16 tiles, the other register-file classes
+#     and the split tiles at the tiles the check covers),
 #     then
 #     scripts/check_triton_objects.py on the code objects (every kernel present and built for
 #     its target, WMMA on gfx11/gfx12, MFMA on gfx9, v_dot2 / v_fma and no matrix instructions
@@ -64,24 +62,29 @@ RDNA_ARCHS=gfx1100,gfx1201
 # head dim) per dtype, and the merge kernels (always kept): they prove the build, the embedding
 # and the linking; step 3 compiles every Triton kernel.
 TRITON_BUILD_FILTER='fwd_prefill_*_flat'
-# Step 3 compiles every tile and dtype of one target per tile family of kernels/aot.py: CDNA
-# (gfx942), RDNA 2 (gfx1030), RDNA 3 (gfx1100), RDNA 4 (gfx1201).
-AOT_TARGETS=gfx942,gfx1030,gfx1100,gfx1201
-# Then the targets whose code differs from those of their family or register file at the tiles
-# the report's --check covers (d <= 128), fp16 (bf16 takes the same tiles; AOT_TARGETS compile
-# both): gfx90a, CDNA 2 with gfx942's tiles (its MFMA set and buffer-addressed scratch differ);
-# gfx1103, the RDNA 3 parts with 128 KiB of VGPRs per SIMD and tiles of their own (family
-# rdna3_small); gfx1151, gfx1100's tiles on RDNA 3.5, for which AMD's kernel has a config of its
-# own. Every tile and dtype of them would about double the AOT step, the longest of CI.
-AOT_CHECK_TARGETS=gfx90a,gfx1103,gfx1151
-AOT_CHECK_DIMS=32,64,128
-AOT_CHECK_DTYPES=fp16
-# And the split head-dim tiles below 128 (kernels/aot.py SPLIT_DIMS) for AOT_TARGETS, fp16: they
-# take the launch tiles of the power of two above them, so the report's check is what keeps the
-# key loops of 48, 80 and 96 out of scratch and their matrix work unrepeated; bf16 follows the
-# same tiles. 160 and 192, like 256, would only be reported.
-SPLIT_CHECK_DIMS=48,80,96
-SPLIT_CHECK_DTYPES=fp16
+# Step 3's kernel sets, one per line: targets, head-dim tiles, dtypes. Each is compiled by
+# kernels/aot.py into a directory of its own (cached by a hash of kernels/*.py), checked by
+# scripts/check_triton_objects.py and reported by scripts/kernel_report.py.
+AOT_SETS=(
+    # One target per tile family of kernels/aot.py, every power-of-two tile: CDNA (gfx942), RDNA 2
+    # (gfx1030), RDNA 3 (gfx1100), RDNA 4 (gfx1201). fp16: bf16 takes the same tiles on these.
+    "gfx942,gfx1030,gfx1100,gfx1201 32,64,128,256 fp16"
+    # RDNA 2's bf16, which has tiles of its own (family rdna2_bf16: no matrix cores, Q converted
+    # to f32).
+    "gfx1030 32,64,128,256 bf16"
+    # The targets whose code differs from their family's or register file's at the tiles the
+    # report's --check covers (d <= 128): gfx90a, CDNA 2 with gfx942's tiles (its MFMA set and
+    # buffer-addressed scratch differ); gfx1103, the RDNA 3 parts with 128 KiB of VGPRs per SIMD
+    # and tiles of their own (family rdna3_small); gfx1151, gfx1100's tiles on RDNA 3.5, for
+    # which AMD's kernel has a config of its own.
+    "gfx90a,gfx1103,gfx1151 32,64,128 fp16"
+    # The split head-dim tiles below 128 (kernels/aot.py SPLIT_DIMS): they take the launch tiles
+    # of the power of two above them, so the report's check is what keeps their key loops out of
+    # scratch and their matrix work unrepeated. 160 and 192, like 256, would only be reported.
+    "gfx942,gfx1030,gfx1100,gfx1201 48,80,96 fp16"
+)
+# bf16 on the other targets and every tile of the second and third lines would about double the
+# AOT step, the longest of this script (in CI as long as the rest of it together).
 # 1: step 3's kernel report fails the run on repeated matrix work or key-loop spills (--check);
 # 0: it only reports.
 KERNEL_REPORT_CHECK="${KERNEL_REPORT_CHECK:-1}"
@@ -159,11 +162,11 @@ aot_key() {
     (cd "$repo" && { echo "triton $triton_version targets $1 dims $2 dtypes $3"; sha256sum kernels/*.py; } |
         sha256sum | cut -c1-16)
 }
-all_dims=32,64,128,256
-all_dtypes=fp16,bf16
-aot_dir="$cache/ci-aot/$(aot_key "$AOT_TARGETS" "$all_dims" "$all_dtypes")"
-check_dir="$cache/ci-aot/$(aot_key "$AOT_CHECK_TARGETS" "$AOT_CHECK_DIMS" "$AOT_CHECK_DTYPES")"
-split_dir="$cache/ci-aot/$(aot_key "$AOT_TARGETS" "$SPLIT_CHECK_DIMS" "$SPLIT_CHECK_DTYPES")"
+aot_dirs=()
+for set in "${AOT_SETS[@]}"; do
+    read -r targets dims dtypes <<<"$set"
+    aot_dirs+=("$cache/ci-aot/$(aot_key "$targets" "$dims" "$dtypes")")
+done
 
 # aot_compile DIR TARGETS DIMS DTYPES: kernels/aot.py for TARGETS at the head-dim tiles DIMS and
 # the dtypes DTYPES into DIR.
@@ -194,9 +197,10 @@ aot_compile() {
     tail -1 "$host_dir.tmp/aot.log"
     rm -rf "$host_dir.tmp/jit-cache"
     touch "$host_dir.tmp/complete"
-    # Outputs for older kernel sources are of no further use (this run's other one is kept).
-    find "$(dirname "$host_dir")" -mindepth 1 -maxdepth 1 -type d ! -name "$(basename "$aot_dir")*" \
-        ! -name "$(basename "$check_dir")*" ! -name "$(basename "$split_dir")*" -exec rm -rf {} +
+    # Outputs for older kernel sources are of no further use (this run's other sets are kept).
+    local keep=() kept
+    for kept in "${aot_dirs[@]}"; do keep+=(! -name "$(basename "$kept")*"); done
+    find "$(dirname "$host_dir")" -mindepth 1 -maxdepth 1 -type d "${keep[@]}" -exec rm -rf {} +
     mv "$host_dir.tmp" "$host_dir"
 }
 
@@ -248,28 +252,23 @@ step "aot.py launch-contract test" in_chroot env PYTHONDONTWRITEBYTECODE=1 \
     "$triton_python" "$repo/tests/python/test_aot_metadata.py"
 step "kernel report test" in_chroot env PYTHONDONTWRITEBYTECODE=1 \
     "$triton_python" "$repo/tests/python/test_kernel_report.py"
-step "Triton AOT compile ($AOT_TARGETS)" aot_compile "$aot_dir" "$AOT_TARGETS" "$all_dims" "$all_dtypes"
-step "Triton AOT compile ($AOT_CHECK_TARGETS, tiles $AOT_CHECK_DIMS, $AOT_CHECK_DTYPES)" aot_compile "$check_dir" \
-    "$AOT_CHECK_TARGETS" "$AOT_CHECK_DIMS" "$AOT_CHECK_DTYPES"
-step "Triton AOT compile ($AOT_TARGETS, split tiles $SPLIT_CHECK_DIMS, $SPLIT_CHECK_DTYPES)" aot_compile "$split_dir" \
-    "$AOT_TARGETS" "$SPLIT_CHECK_DIMS" "$SPLIT_CHECK_DTYPES"
-step "Triton code-object check ($AOT_TARGETS)" in_chroot python3 "$repo/scripts/check_triton_objects.py" \
-    "$aot_dir" --targets "$AOT_TARGETS" --block-dims "$all_dims" --dtypes "$all_dtypes"
-step "Triton code-object check ($AOT_TARGETS, split tiles)" in_chroot python3 "$repo/scripts/check_triton_objects.py" \
-    "$split_dir" --targets "$AOT_TARGETS" --block-dims "$SPLIT_CHECK_DIMS" --dtypes "$SPLIT_CHECK_DTYPES"
-step "Triton code-object check ($AOT_CHECK_TARGETS)" in_chroot python3 "$repo/scripts/check_triton_objects.py" \
-    "$check_dir" --targets "$AOT_CHECK_TARGETS" --block-dims "$AOT_CHECK_DIMS" --dtypes "$AOT_CHECK_DTYPES"
+for i in "${!AOT_SETS[@]}"; do
+    read -r targets dims dtypes <<<"${AOT_SETS[$i]}"
+    step "Triton AOT compile ($targets, tiles $dims, $dtypes)" aot_compile "${aot_dirs[$i]}" "$targets" "$dims" "$dtypes"
+done
+for i in "${!AOT_SETS[@]}"; do
+    read -r targets dims dtypes <<<"${AOT_SETS[$i]}"
+    step "Triton code-object check ($targets, tiles $dims, $dtypes)" in_chroot python3 \
+        "$repo/scripts/check_triton_objects.py" "${aot_dirs[$i]}" --targets "$targets" --block-dims "$dims" --dtypes "$dtypes"
+done
 report_check=""
 if [ "$KERNEL_REPORT_CHECK" = 1 ]; then report_check=--check; fi
-# shellcheck disable=SC2086  # $report_check: no argument when empty
-step "Triton kernel report ($AOT_TARGETS)" in_chroot env PYTHONDONTWRITEBYTECODE=1 python3 \
-    "$repo/scripts/kernel_report.py" "$aot_dir" --targets "$AOT_TARGETS" $report_check
-# shellcheck disable=SC2086
-step "Triton kernel report ($AOT_CHECK_TARGETS)" in_chroot env PYTHONDONTWRITEBYTECODE=1 python3 \
-    "$repo/scripts/kernel_report.py" "$check_dir" --targets "$AOT_CHECK_TARGETS" $report_check
-# shellcheck disable=SC2086
-step "Triton kernel report ($AOT_TARGETS, split tiles)" in_chroot env PYTHONDONTWRITEBYTECODE=1 python3 \
-    "$repo/scripts/kernel_report.py" "$split_dir" --targets "$AOT_TARGETS" $report_check
+for i in "${!AOT_SETS[@]}"; do
+    read -r targets dims dtypes <<<"${AOT_SETS[$i]}"
+    # shellcheck disable=SC2086  # $report_check: no argument when empty
+    step "Triton kernel report ($targets, tiles $dims, $dtypes)" in_chroot env PYTHONDONTWRITEBYTECODE=1 python3 \
+        "$repo/scripts/kernel_report.py" "${aot_dirs[$i]}" --targets "$targets" $report_check
+done
 
 echo "rocm-check: step times"
 printf '  %s\n' "${timings[@]}"

@@ -15,17 +15,16 @@ pub(crate) mod candle_rocm;
 pub mod offload;
 mod scratch;
 
-use crate::gpu::{with_device, Api, Driver};
-use crate::gpu::DeviceInfo;
+use crate::device::DeviceBuffers;
+use crate::gpu::{with_device, Api, DeviceInfo, Driver};
 use crate::params::{
     block_table_for_kernels, pairs_of_each_sequence_consecutive, prefix_ranges_for_kernels, rows_of_consecutive_ids, AttnCall, Request,
 };
-use crate::plan::dispatch::{choose, KernelChoice, KernelFamily};
-use crate::device::DeviceBuffers;
 use crate::explain::GpuWork;
+use crate::plan::dispatch::{choose, KernelChoice, KernelFamily};
+use crate::plan::work::{lse_buffer, side_row_strides, Work};
 use crate::Dispatch;
 use candle::{DType, Layout, Result, Tensor};
-use crate::plan::work::{lse_buffer, side_row_strides, Work};
 use scratch::Scratch;
 
 /// A GPU device as the forward path needs it. Everything it queues goes on [`GpuDevice::stream`],

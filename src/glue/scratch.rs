@@ -3,10 +3,10 @@
 //! that uses it. Dropped once the kernels are queued; the stream orders reuse.
 
 use super::GpuDevice;
+use crate::device::DeviceBuffers;
 use crate::gpu::Driver;
 use crate::params::AttnCall;
 use crate::plan::work::Work;
-use crate::device::DeviceBuffers;
 use candle::Result;
 
 /// The work of one launch and the scratch buffers it uses (fields apart, so that the buffers'

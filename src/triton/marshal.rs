@@ -2,12 +2,11 @@
 //! splits and the exact argument structs. Pure Rust, tested in every build.
 use super::args::{ArgValue, FwdArgs, MergeArgs};
 use super::registry::{Family, KernelImage, Tile};
-use super::tma;
-use crate::device::{TensorMap, TiledView};
 use super::select::Kernels;
 use super::split;
+use super::tma;
+use crate::device::{DeviceBuffers, TensorMap, TiledView};
 use crate::params::{AttnCall, Mode};
-use crate::device::DeviceBuffers;
 use candle::Result;
 
 /// Bytes per element of the f16/bf16 tensors the kernels read.

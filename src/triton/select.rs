@@ -1,9 +1,8 @@
 //! Which embedded code objects serve a call on a given device.
 use super::registry::{Family, KernelDtype, KernelImage, Tile, KERNELS};
 use super::targets::{build_for, candidates, embedded, forced_target, ENV_TARGET};
-use crate::device::DeviceLimits;
+use crate::device::{DeviceBuffers, DeviceLimits};
 use crate::params::{AttnCall, MAX_HEAD_DIM};
-use crate::device::DeviceBuffers;
 use candle::{DType, Result};
 
 /// Query rows (times the GQA group) up to which the decode tile serves a call.
@@ -76,7 +75,7 @@ impl Kernels {
 /// positive normal f32 scale; the EXTRAS kernels scale every score first, so they serve a scale
 /// <= 0 or one that the product flushes to zero.
 pub fn needs_extras(call: &AttnCall) -> bool {
-    has_extra_features(call) || !scale_folds(call)
+    has_extra_features(call) || !scale_folds(call.softmax_scale)
 }
 
 /// Whether `call` has ALiBi, a softcap or prefix ranges.
@@ -84,14 +83,9 @@ fn has_extra_features(call: &AttnCall) -> bool {
     call.alibi.is_some() || call.softcap.is_some() || call.mm_prefix.is_some()
 }
 
-/// Whether the plain kernels can fold `call`'s softmax scale into the exponent: `softmax_scale *
+/// Whether the plain kernels can fold a softmax scale into the exponent: `softmax_scale *
 /// log2(e)` is a positive normal f32.
-fn scale_folds(call: &AttnCall) -> bool {
-    scale_folds_f32(call.softmax_scale)
-}
-
-/// [`scale_folds`] of a softmax scale.
-fn scale_folds_f32(softmax_scale: f32) -> bool {
+fn scale_folds(softmax_scale: f32) -> bool {
     let qk_scale = softmax_scale * std::f32::consts::LOG2_E;
     qk_scale.is_normal() && qk_scale > 0.0
 }
@@ -169,7 +163,7 @@ fn nothing_fits(
         if extras && features {
             why_extras += ", with ALiBi/softcap/mm_prefix_ranges (the extras variants)";
         }
-        if extras && !scale_folds_f32(softmax_scale) {
+        if extras && !scale_folds(softmax_scale) {
             why_extras += &format!(
                 ", softmax_scale {softmax_scale} (not a positive normal scale: the plain kernels fold the scale into \
                  the exponent, only the extras variants `*_x` scale every score)"

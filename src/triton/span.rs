@@ -7,8 +7,8 @@
 //! `0x8000_0000`, past it). Such a kernel is correct only when every byte it reads or writes lies
 //! within [`MAX_SPAN`] bytes of the base pointer it is given: this module measures that from the
 //! layouts of the call, and the launcher takes the 64-bit variant otherwise.
-use crate::params::{AttnCall, Mode};
 use crate::device::DeviceBuffers;
+use crate::params::{AttnCall, Mode};
 
 /// The bytes a `_b32` kernel may reach from a base pointer: triton 3.6's buffer resources hold
 /// `num_records = 0x7FFF_FFFE`, and an access passing it reads 0 (writes nothing).

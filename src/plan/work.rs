@@ -3,7 +3,7 @@
 //! scratch it needs, and the arguments of every kernel it launches. Pure Rust: the glue's launch
 //! and [`dry_run`] (the device path without a device) build their arguments here.
 use super::dispatch::{choose, Built, KernelChoice, KernelFamily};
-use crate::device::{DeviceBuffers, DeviceLimits, TensorMap};
+use crate::device::{DeviceBuffers, DeviceLimits, TensorMap, TiledView};
 use crate::params::{pairs_of_each_sequence_consecutive, rows_of_consecutive_ids, AttnCall, Mode, Request};
 use crate::rocm::{
     check_ck_params, ck_fwd_params, guard_params, guard_scratch_len, guarded_buffers, lse_buffer_required, plan_split_kv,
@@ -106,7 +106,7 @@ impl Work {
         call: &AttnCall,
         mut buffers: DeviceBuffers,
         mut scratch: &[usize],
-        encode: impl FnMut(&crate::device::TiledView) -> Result<TensorMap>,
+        encode: impl FnMut(&TiledView) -> Result<TensorMap>,
     ) -> Result<WorkArgs> {
         match self {
             Work::Nothing => Ok(WorkArgs::Nothing),

@@ -29,12 +29,13 @@ const FALLBACK_ARCH: &str = "gfx942";
 const SUPPORTED_HDIMS: [u32; 7] = [32, 64, 96, 128, 160, 192, 256];
 #[cfg(feature = "rocm")]
 const DEFAULT_HDIMS: &str = "64,128";
-/// Head-dim tiles of the Triton kernels (aot.py's BLOCK_DIMS): powers of two, and the split
-/// tiles (a power of two and a tail: 48 = 32 + 16, 80, 96, 160, 192) that compute head dims
-/// between them at their own width (aot.py builds 48 for RDNA only). The default leaves out 192
-/// (few models, 25% of padding on 256).
-const TRITON_DIMS: [u32; 9] = [32, 48, 64, 80, 96, 128, 160, 192, 256];
-const DEFAULT_TRITON_DIMS: &str = "32,48,64,80,96,128,160,256";
+/// Head-dim tiles of the Triton kernels (aot.py's BLOCK_DIMS): powers of two up to 512 (the
+/// largest head dim candle-flash-attn serves), and the split tiles (a power of two and a tail:
+/// 48 = 32 + 16, 80, 96, 160, 192) that compute head dims between them at their own width
+/// (aot.py builds 48 for RDNA only). The default leaves out 192 (few models, 25% of padding on
+/// 256).
+const TRITON_DIMS: [u32; 10] = [32, 48, 64, 80, 96, 128, 160, 192, 256, 512];
+const DEFAULT_TRITON_DIMS: &str = "32,48,64,80,96,128,160,256,512";
 const SUPPORTED_DTYPES: [&str; 2] = ["fp16", "bf16"];
 const DEFAULT_DTYPES: &str = "fp16,bf16";
 

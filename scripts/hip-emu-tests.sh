@@ -43,7 +43,7 @@ fi
 out=${OUT:-$root/target/hip-emu}
 mkdir -p "$out"
 export FLASH_ATTN_ROCM_ARCHS=$archs
-export FLASH_ATTN_ROCM_TRITON_DIMS=${FLASH_ATTN_ROCM_TRITON_DIMS:-32,48,64,80,96,128,160,256}
+export FLASH_ATTN_ROCM_TRITON_DIMS=${FLASH_ATTN_ROCM_TRITON_DIMS:-32,48,64,80,96,128,160,256,512}
 export FLASH_ATTN_ROCM_DTYPES=${FLASH_ATTN_ROCM_DTYPES:-fp16,bf16}
 # CK: the instances the ck_* trials call, f16 and bf16 at head dim 128: batch with a mask (causal,
 # windows) and with softcap, group mode with ALiBi, paged split-KV with a mask (and its combine).

@@ -64,7 +64,8 @@
 //!
 //! - **dtypes**: q, k and v share one dtype. CPU: f32, f16 or bf16 (computed in f32). GPU: f16 or
 //!   bf16 (f32 is an `Err` there). The output has q's dtype.
-//! - **head dim** `d`: a multiple of 8, at most 512 on the CPU, 256 on the GPU.
+//! - **head dim** `d`: a multiple of 8, at most 512 (CK serves up to 256; the Triton kernels the
+//!   rest).
 //! - **order of dims**: positions before heads, as in candle-flash-attn. Shapes cannot tell a
 //!   `(b, h, s, d)` tensor (the layout of Candle's matmul attention) from a `(b, s, h, d)` one
 //!   whose dims happen to fit (`h == s`, or `h_k` dividing `h` either way), and strides cannot

@@ -7,7 +7,7 @@
 //! no GPU). They must agree: the same `Err`, or both accept. Where the GPU path leaves the
 //! values to its kernels, the CPU's refusal must be one the kernels report, and a kernel that
 //! reads them must run. Where the GPU path refuses what the CPU runs, the reason must be a
-//! documented GPU limit (f32, head dims above 256, views not aligned to 16 bytes).
+//! documented GPU limit (f32, views not aligned to 16 bytes).
 
 mod common;
 
@@ -294,7 +294,6 @@ fn gpu_limit(call: &AttnCall) -> Option<&'static str> {
         .all(|v| [v.offset, v.batch_stride, v.row_stride, v.head_stride].iter().all(|x| x % 8 == 0));
     match () {
         _ if call.dtype == DType::F32 => Some("f16 or bf16"),
-        _ if call.head_dim > 256 => Some("head dim"),
         _ if !aligned => Some("16-byte"),
         _ => None,
     }

@@ -79,6 +79,10 @@ impl Built<'_> {
         if !self.ck_archs.split(',').any(|a| a == arch) {
             return Some(format!("CK was built for [{}], not {arch}", self.ck_archs));
         }
+        // What CK supports at all before what this build has of it.
+        if let Err(e) = check_supported(call) {
+            return Some(e.to_string());
+        }
         if self.ck_fwd_tile(call.head_dim).is_none() {
             return Some(format!("no CK head-dim tile >= {} was built ({})", call.head_dim, self.ck_hdims));
         }
@@ -88,7 +92,7 @@ impl Built<'_> {
                 return Some(e.to_string());
             }
         }
-        check_supported(call).err().map(|e| e.to_string())
+        None
     }
 }
 
@@ -146,7 +150,7 @@ mod tests {
             scratch_args: 2,
             image: &[],
         };
-        let all = [32, 64, 128, 256]
+        let all = [32, 64, 128, 256, 512]
             .into_iter()
             .flat_map(|d| {
                 [image(Family::Fwd, Tile::Prefill, d, true), image(Family::Fwd, Tile::Prefill, d, false), image(Family::Merge, Tile::Merge, d, false)]
@@ -171,6 +175,14 @@ mod tests {
             panic!("head dim 256 should go to Triton")
         };
         assert_eq!(k.fwd.block_d, 256);
+        // Head dims above 256 have no CK tile at all (CK's receipt-2 tiles stop there): the
+        // 512 tile serves them (issue 57).
+        for d in [264, 512] {
+            let KernelFamily::Triton(k) = choose(&call(d), "gfx942", LDS_64_KIB, KernelChoice::Auto, &built).unwrap() else {
+                panic!("head dim {d} should go to Triton")
+            };
+            assert_eq!(k.fwd.block_d, 512);
+        }
         let rdna = Built { ck_archs: "gfx942", ck_hdims: "64,128", ck_splitkv_hdims: "64,128", triton: images("gfx1100") };
         assert!(matches!(choose(&call(128), "gfx1100", LDS_64_KIB, KernelChoice::Auto, &rdna).unwrap(), KernelFamily::Triton(_)));
     }
@@ -181,6 +193,8 @@ mod tests {
         assert!(matches!(choose(&call(64), "gfx942", LDS_64_KIB, KernelChoice::Triton, &built).unwrap(), KernelFamily::Triton(_)));
         let err = choose(&call(256), "gfx942", LDS_64_KIB, KernelChoice::Ck, &built).unwrap_err().to_string();
         assert!(err.contains("FLASH_ATTN_ROCM_KERNELS=ck") && err.contains("tile >= 256"), "{err}");
+        let err = choose(&call(512), "gfx942", LDS_64_KIB, KernelChoice::Ck, &built).unwrap_err().to_string();
+        assert!(err.contains("CK supports head dims up to 256, got 512"), "{err}");
         let none = Built { ck_archs: "", ck_hdims: "", ck_splitkv_hdims: "", triton: images("gfx942") };
         let err = choose(&call(64), "gfx1201", LDS_64_KIB, KernelChoice::Auto, &none).unwrap_err().to_string();
         assert!(err.contains("CK was built for []") && err.contains("no Triton kernels of this build run on gfx1201"), "{err}");

@@ -2,7 +2,7 @@
 use super::registry::{Family, KernelDtype, KernelImage, Tile, KERNELS};
 use super::targets::{build_for, candidates, embedded, forced_target, ENV_TARGET};
 use crate::device::{DeviceBuffers, DeviceLimits};
-use crate::params::{AttnCall, MAX_HEAD_DIM};
+use crate::params::AttnCall;
 use candle::{DType, Result};
 
 /// Query rows (times the GQA group) up to which the decode tile serves a call.
@@ -90,10 +90,6 @@ fn scale_folds(softmax_scale: f32) -> bool {
     qk_scale.is_normal() && qk_scale > 0.0
 }
 
-/// The largest head-dim tile of the Triton kernels (kernels/aot.py's BLOCK_DIMS): no build
-/// serves a larger head dim.
-const LARGEST_TILE: u32 = 256;
-
 /// Picks the kernels for `call` on a device of arch `device` with `limits` among `images` (the
 /// embedded [`KERNELS`] in production). The targets that serve the device are tried in order
 /// ([`candidates`]: its own, older cubins, PTX); the first with images for the call that fit the
@@ -152,13 +148,6 @@ fn nothing_fits(
     let Some(need) = built_for_call.map(|kernels| kernels.neediest()).min_by_key(|image| (image.shared, image.threads))
     else {
         let Wanted { dtype, d, paged, extras, features, softmax_scale, .. } = wanted;
-        if d > LARGEST_TILE {
-            return candle::Error::Msg(format!(
-                "flash-attn-rocm: head dim {d} has no Triton kernel: the largest tile is {LARGEST_TILE} \
-                 (the CPU backend serves head dims up to {MAX_HEAD_DIM})"
-            ))
-            .bt();
-        }
         let mut why_extras = String::new();
         if extras && features {
             why_extras += ", with ALiBi/softcap/mm_prefix_ranges (the extras variants)";
@@ -704,13 +693,25 @@ mod tests {
     }
 
     #[test]
-    fn a_head_dim_above_every_tile_is_refused_without_a_rebuild_hint() {
-        // Before, a head dim of 512 was told to rebuild with a tile >= 512, which no build has.
+    fn head_dims_above_256_take_the_512_tile_or_name_it() {
+        // Issue 57: head dims 264-512 had no GPU kernel (the largest tile was 256). With the 512
+        // tile built they take it; a build without it says which tile to add.
+        let wide = Spec { variant: "fwd_prefill_fp16_d512_flat", tile: Tile::Prefill, block_d: 512, extras: false, block_m: 64, block_n: 32, threads: 128, shared: 131_072 };
+        let wide_p = Spec { variant: "fwd_prefill_fp16_d512p_flat", ..wide };
+        let merge = Spec { variant: "merge_fp16_d512", tile: Tile::Merge, block_d: 512, block_m: 1, block_n: 8, threads: 128, shared: 4096, extras: false };
+        let with_512 = SM_80.iter().chain([&wide, &wide_p, &merge]).map(|spec| KernelImage {
+            even_d: !spec.variant.contains("p_flat") && spec.tile != Tile::Merge,
+            ..image("sm_80", false, spec)
+        });
+        let images: &'static [KernelImage] = Box::leak(with_512.collect::<Vec<_>>().into_boxed_slice());
+        for (d, variant) in [(264, "fwd_prefill_fp16_d512p_flat"), (512, "fwd_prefill_fp16_d512_flat")] {
+            let kernels = select_for(&call(512, d, false), "sm_80", nvidia(A100_SHARED), None, images).unwrap();
+            assert_eq!((kernels.fwd.variant, kernels.fwd.block_d, kernels.merge.block_d), (variant, 512, 512));
+        }
         let images = build(&[("sm_80", &SM_80, false)]);
         for d in [264, 512] {
-            let wide = call(512, d, false);
-            let err = select_for(&wide, "sm_80", nvidia(A100_SHARED), None, images).unwrap_err().to_string();
-            assert!(err.contains(&format!("head dim {d} has no Triton kernel")) && !err.contains("Rebuild"), "{err}");
+            let err = select_for(&call(512, d, false), "sm_80", nvidia(A100_SHARED), None, images).unwrap_err().to_string();
+            assert!(err.contains(&format!("head dim {d}")) && err.contains(&format!("FLASH_ATTN_ROCM_TRITON_DIMS holding a tile >= {d}")), "{err}");
         }
     }
 

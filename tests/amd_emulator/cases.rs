@@ -19,6 +19,7 @@ pub const CLASSES: &[ClassTest] = &[
     ("prefill", prefill),
     ("prefill_head_dim_tiles", prefill_head_dim_tiles),
     ("prefill_d256", prefill_d256),
+    ("head_dims_above_256", head_dims_above_256),
     ("split_head_dims", split_head_dims),
     ("decode", decode),
     ("decode_d128", decode_d128),
@@ -129,6 +130,29 @@ fn prefill_d256(driver: &'static Driver) {
     take_launches();
     prefill_tiles(driver, &[(256, DType::F16), (256, DType::BF16)]);
     launched_must_include("prefill_d256", &["fwd_prefill_fp16_d256_", "fwd_prefill_bf16_d256_"]);
+}
+
+/// The 512 tile, which serves head dims 264-512 (issue 57): prefill at 512 (f16, bf16) and 264
+/// (masked head dim), flat decode at 512, decode keys split over 600 keys and merged by the 512
+/// tile's merge, paged decode at 384 (pages of 16).
+fn head_dims_above_256(driver: &'static Driver) {
+    let mut rng = rng();
+    take_launches();
+    prefill_tiles(driver, &[(512, DType::F16), (512, DType::BF16), (264, DType::F16)]);
+    flat_decode(driver, &mut rng, DType::BF16, 512);
+    let [q, k, v] = batch_inputs(&mut rng, (1, 1, 600, 2, 1, 512), DType::F16);
+    check("decode F16 d512 s_k 600 (split)", driver, || {
+        let op = fa::FlashAttn { softmax_scale: scale(512), alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None };
+        let (out, lse) = op.forward_with_lse(&q, &k, &v)?;
+        Ok((out, Some(lse)))
+    });
+    let r = ragged(&mut rng, &[(1, 45), (1, 90)], (4, 1, 384), DType::F16);
+    check("paged decode F16 d384 page 16", driver, paged_call(&r, 16, &mut rng, false));
+    launched_must_include(
+        "head_dims_above_256",
+        &["fwd_prefill_fp16_d512_", "fwd_prefill_bf16_d512_", "fwd_prefill_fp16_d512p_", "fwd_decode_bf16_d512_flat",
+          "fwd_decode_fp16_d512p_paged", "merge_fp16_d512"],
+    );
 }
 
 /// Decode (one query row per sequence), GQA 4/1: the decode tile.

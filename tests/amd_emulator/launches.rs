@@ -44,10 +44,16 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     line.split(' ').find_map(|word| word.strip_prefix(key))
 }
 
+/// The variant a launch line's code object belongs to. Variants whose code objects are
+/// byte-identical (gfx11's d = 512 prefill and decode tiles are one tile) share one embedded
+/// copy, so one address can name several: then all of them, joined by `|`.
 fn variant_of(line: &str) -> &'static str {
     let image = field(line, "image=").and_then(|a| usize::from_str_radix(a.trim_start_matches("0x"), 16).ok());
-    if let Some(k) = KERNELS.iter().find(|k| Some(k.image.as_ptr() as usize) == image) {
-        return k.variant;
+    let names: Vec<&'static str> = KERNELS.iter().filter(|k| Some(k.image.as_ptr() as usize) == image).map(|k| k.variant).collect();
+    match names.as_slice() {
+        [] => {}
+        [one] => return one,
+        many => return Box::leak(many.join("|").into_boxed_str()),
     }
     let kernel = field(line, "kernel=").unwrap_or(line);
     crate::ck_cases::ck_kind(kernel).unwrap_or_else(|| Box::leak(kernel.to_owned().into_boxed_str()))

@@ -48,7 +48,7 @@ pub fn images_for(targets: &[&'static str], dtypes: &[KernelDtype]) -> &'static 
     for (&target, &dtype) in targets.iter().flat_map(|t| dtypes.iter().map(move |d| (t, d))) {
         let mut push = |image: KernelImage| all.push(KernelImage { target, dtype, ..image });
         // CDNA builds have no 48 tile (kernels/aot.py SPLIT_SKIP).
-        let dims: &[u32] = if target.starts_with("gfx9") { &[32, 64, 80, 96, 128, 160, 256] } else { &[32, 48, 64, 80, 96, 128, 160, 256] };
+        let dims: &[u32] = if target.starts_with("gfx9") { &[32, 64, 80, 96, 128, 160, 256, 512] } else { &[32, 48, 64, 80, 96, 128, 160, 256, 512] };
         for &block_d in dims {
             for even in [true, false] {
                 for paged in [false, true] {

@@ -34,6 +34,7 @@ const TESTS: &[runner::GpuTest] = &[
     ("triton_cases::split_decode_matches_cpu", triton_cases::split_decode_matches_cpu),
     ("triton_cases::decode_with_extras_matches_cpu", triton_cases::decode_with_extras_matches_cpu),
     ("triton_cases::paged_decode_of_every_head_dim_tile_matches_cpu", triton_cases::paged_decode_of_every_head_dim_tile_matches_cpu),
+    ("triton_cases::head_dims_above_256_match_cpu", triton_cases::head_dims_above_256_match_cpu),
     ("triton_cases::calls_the_triton_path_cannot_serve_are_errors", triton_cases::calls_the_triton_path_cannot_serve_are_errors),
     ("triton_cases::strided_block_table_matches_cpu", triton_cases::strided_block_table_matches_cpu),
     ("triton_cases::short_masked_prompts_match_cpu", triton_cases::short_masked_prompts_match_cpu),

@@ -210,7 +210,8 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 # - d = 512 (head dims 264-512; candle-flash-attn serves up to 512): the tiles with the fewest
 #   scratch accesses in the key loop among those swept (triton 3.6, fp16 flat, VGPR spills / loop
 #   scratch accesses): gfx942 prefill 64x16 x 4 waves 0 / 0 (64x32 40 / 19, 32x32 x 2 98 / 72),
-#   decode 16x32 at waves_per_eu 1 0 / 0 (at no hint 12 / 16); gfx1201 decode 16x16 x 8 waves 0 / 0,
+#   decode 16x16 at waves_per_eu 1 0 / 0 (16 KiB of LDS: a wave per SIMD, where 16x32's 32 KiB
+#   leave half the SIMDs without one); gfx1201 decode 16x16 x 8 waves 0 / 0,
 #   prefill 64x16 x 16 waves 15 / 0 (32x16 x 8 82 / 31). gfx11 keeps no 16-row wave out of the key
 #   loop's scratch: its WMMA A operand repeats each row in both half-waves, so one wave's Q operand
 #   at d = 512 alone is 256 VGPRs. gfx1100 16x16 x 2 waves 297 / 70 (x 8 139 / 111, x 16 118 / 80,
@@ -222,7 +223,7 @@ TILES = {
     ("cdna", "prefill"): {32: (128, 64, 4, 1, 2), 64: (128, 64, 4, 1, 2), 128: (128, 64, 4, 1, 2), 256: (128, 32, 4, 1, 2), 512: (64, 16, 4, 1, 0)},
     ("cdna", "prefill_paged"): {32: (128, 64, 4, 1, 2), 64: (128, 64, 4, 1, 2), 128: (128, 32, 4, 1, 2), 256: (128, 32, 4, 1, 2), 512: (64, 16, 4, 1, 0)},
     ("cdna", "prefill_x"): {32: (128, 64, 4, 1, 2), 64: (128, 64, 4, 1, 2), 128: (128, 32, 4, 1, 2), 256: (128, 64, 8, 1, 2), 512: (64, 16, 4, 1, 0)},
-    ("cdna", "decode"): {32: (16, 64, 1, 1, 0), 64: (16, 64, 1, 1, 0), 128: (16, 64, 1, 1, 0), 256: (16, 32, 1, 1, 0), 512: (16, 32, 1, 1, 1)},
+    ("cdna", "decode"): {32: (16, 64, 1, 1, 0), 64: (16, 64, 1, 1, 0), 128: (16, 64, 1, 1, 0), 256: (16, 32, 1, 1, 0), 512: (16, 16, 1, 1, 1)},
     ("rdna3", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 7), 128: (128, 64, 8, 1, 6), 256: (128, 32, 8, 1, 6), 512: (16, 16, 2, 1, 1)},
     ("rdna3", "prefill_paged"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (128, 32, 8, 1, 6), 512: (16, 16, 2, 1, 1)},
     ("rdna3", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (64, 16, 4, 1, 6), 256: (64, 16, 4, 1, 6), 512: (16, 16, 2, 1, 1)},

@@ -207,8 +207,8 @@ class BufferTwinTest(unittest.TestCase):
         base = [name for name, _, _ in aot.variants(aot.POW2_DIMS, list(aot.DTYPES))]
         # RDNA has no decode-tile extras variants from d = 128 (aot.decode_extras).
         rdna_base = [n for n in base if not (n.startswith("fwd_decode") and n.endswith("_x")
-                                             and ("_d128" in n or "_d256" in n))]
-        self.assertEqual(len(base) - len(rdna_base), 16)
+                                             and ("_d128" in n or "_d256" in n or "_d512" in n))]
+        self.assertEqual(len(base) - len(rdna_base), 24)
         for no_twins, own in (("sm_80", base), ("sm_86", base), ("sm_89", base), ("sm_90", base), ("gfx1030", rdna_base)):
             names = [name for name, _, _ in aot.variants(aot.POW2_DIMS, list(aot.DTYPES), no_twins)]
             self.assertEqual([n for n in names if "_prefill_short_" not in n and "_decode_batch_" not in n
@@ -235,7 +235,7 @@ class BufferTwinTest(unittest.TestCase):
         for target in ("sm_80", "sm_86", "gfx942", "gfx1100", "gfx1201", "gfx1030"):
             self.assertFalse([n for n, family, _ in aot.variants(aot.POW2_DIMS, list(aot.DTYPES), target)
                               if "_prefill_short_" in n or "_decode_batch_" in n or family == "fwd_tma"])
-        for target, twins, own in (("gfx1100", 88, rdna_base), ("gfx942", 104, base), ("gfx1201", 84, rdna_base)):
+        for target, twins, own in (("gfx1100", 106, rdna_base), ("gfx942", 130, base), ("gfx1201", 102, rdna_base)):
             names = [name for name, _, _ in aot.variants(aot.POW2_DIMS, list(aot.DTYPES), target)]
             b32 = [n for n in names if n.endswith("_b32")]
             self.assertEqual(len(b32), twins, target)
@@ -269,12 +269,12 @@ class OneLoopTest(unittest.TestCase):
                     if family == "fwd" and aot.one_loop(target, f)}
 
         sm90 = one_loop_names("sm_90")
-        # 16 short variants, 16 flat decode (2 dtypes x 4 head-dim tiles x exact/padded), 8
-        # batched decode (d = 64 and 128), 8 flat prefill (d = 128 and 256).
-        self.assertEqual(len(sm90), 48)
+        # 16 short variants (d = 32 to 256), 20 flat decode (2 dtypes x 5 head-dim tiles x
+        # exact/padded), 8 batched decode (d = 64 and 128), 12 flat prefill (d = 128, 256, 512).
+        self.assertEqual(len(sm90), 56)
         for name in ("fwd_prefill_short_fp16_d64_flat", "fwd_decode_bf16_d32p_flat", "fwd_prefill_fp16_d128_flat",
                      "fwd_decode_batch_fp16_d128_flat", "fwd_decode_batch_bf16_d64p_flat",
-                     "fwd_prefill_bf16_d256p_flat"):
+                     "fwd_prefill_bf16_d256p_flat", "fwd_prefill_fp16_d512_flat", "fwd_decode_bf16_d512p_flat"):
             self.assertIn(name, sm90)
         for name in ("fwd_prefill_fp16_d64_flat", "fwd_prefill_fp16_d32_flat", "fwd_prefill_fp16_d128_paged",
                      "fwd_prefill_fp16_d128_flat_x", "fwd_decode_fp16_d128_paged", "fwd_decode_fp16_d64_flat_x"):

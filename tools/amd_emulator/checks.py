@@ -521,6 +521,59 @@ def dpp16_rdna4_same_register():
     return dict(c, arch="rdna4")
 
 
+# gfx942 (llvm-mc 21, -mcpu=gfx942) encodings of a program that moves AccVGPR data through LDS
+# and scratch: a[0:3] = v[2:5]; LDS writes from AGPRs (b64 at 8 x lane, b128 at 16 x lane +
+# 1024); reads back into VGPRs and AGPRs (b64, read2 b64, b128, b32); a scratch spill and
+# reload of a[2:3]; then the AGPRs read into v30-v38.
+ACC_PROGRAM = (
+    ("v_lshlrev_b32_e32 v10, 4, v0", "84001424"),
+    ("v_lshlrev_b32_e32 v11, 3, v0", "83001624"),
+    ("v_accvgpr_write_b32 a0, v2", "0040d9d302010018"),
+    ("v_accvgpr_write_b32 a1, v3", "0140d9d303010018"),
+    ("v_accvgpr_write_b32 a2, v4", "0240d9d304010018"),
+    ("v_accvgpr_write_b32 a3, v5", "0340d9d305010018"),
+    ("ds_write_b64 v11, a[0:1]", "00009ada0b000000"),
+    ("ds_write_b128 v10, a[0:3] offset:1024", "0004bedb0a000000"),
+    ("s_waitcnt lgkmcnt(0)", "7fc08cbf"),
+    ("ds_read_b64 v[28:29], v11", "0000ecd80b00001c"),
+    ("ds_read2_b64 a[4:7], v10 offset0:128 offset1:129", "8081eeda0a000004"),
+    ("ds_read_b128 a[8:11], v10 offset:1024", "0004fedb0a000008"),
+    ("ds_read_b32 a12, v11 offset:4", "04006cda0b00000c"),
+    ("s_waitcnt lgkmcnt(0)", "7fc08cbf"),
+    ("v_accvgpr_read_b32 v30, a4", "1e40d8d304010018"),
+    ("v_accvgpr_read_b32 v31, a5", "1f40d8d305010018"),
+    ("v_accvgpr_read_b32 v32, a6", "2040d8d306010018"),
+    ("v_accvgpr_read_b32 v33, a7", "2140d8d307010018"),
+    ("v_accvgpr_read_b32 v34, a8", "2240d8d308010018"),
+    ("v_accvgpr_read_b32 v35, a11", "2340d8d30b010018"),
+    ("v_accvgpr_read_b32 v36, a12", "2440d8d30c010018"),
+    ("scratch_store_dwordx2 off, a[2:3], off offset:16", "104074dc0002ff00"),
+    ("s_waitcnt vmcnt(0)", "700f8cbf"),
+    ("scratch_load_dwordx2 a[14:15], off, off offset:16", "104054dc0000ff0e"),
+    ("s_waitcnt vmcnt(0)", "700f8cbf"),
+    ("v_accvgpr_read_b32 v37, a14", "2540d8d30e010018"),
+    ("v_accvgpr_read_b32 v38, a15", "2640d8d30f010018"),
+)
+
+
+@check
+def cdna_lds_and_scratch_with_accvgpr_data():
+    """MI300 ISA, LDS instructions and scratch with ACC = 1 (DS bit 25, FLAT/scratch bit 55): the
+    data and destination registers are AccVGPRs (what LLVM emits for our d = 512 tile on gfx942);
+    2-address forms step OFFSET0/1 by the access size. Lane L of v28/v29 reads its b64 write
+    back, v30-v33 the b128 write through read2_b64, v34/v35 the b128 read's first and last
+    dwords, v36 a dword of the b64 write, v37/v38 the scratch round trip."""
+    rng = np.random.default_rng(3)
+    data = rng.integers(0, 2**32, (4, 64), dtype=np.uint64).astype(np.uint32)
+    body = [bytes.fromhex(code) for _, code in ACC_PROGRAM]
+    d = data
+    expected = np.stack([d[0], d[1], d[0], d[1], d[2], d[3], d[0], d[3], d[1], d[2], d[3]])
+    names = ["DS_WRITE_B64", "DS_WRITE_B128", "DS_READ2_B64", "DS_READ_B128", "DS_READ_B32", "SCRATCH_STORE_DWORDX2",
+             "SCRATCH_LOAD_DWORDX2"]
+    return dict(arch="cdna", body=body, inputs={2 + k: data[k] for k in range(4)}, outputs=[28, 29, *range(30, 39)],
+                expected=expected, lds_bytes=2048, private_bytes=64, names=names)
+
+
 def run_one(c, corrected):
     """'right', 'wrong (...)' or 'fails: ...' for check `c` with the handlers `corrected`; a check
     whose program may fault the process (`may_fault`) runs in a child process."""

@@ -227,6 +227,54 @@ def ds_swizzle_b32(wave, word, size):
     wave.advance(size)
 
 
+
+# ---------------------------------------------------------------------------------------------
+# LDS accesses with AccVGPR data (MI300 ISA "LDS instructions", DS encoding: offset0 7:0,
+# offset1 15:8, gds 16, op 24:17, acc 25, addr 39:32, data0 47:40, data1 55:48, vdst 63:56).
+# With ACC = 1 the data and destination registers are AccVGPRs: LLVM writes tiles from AGPRs to
+# LDS and loads dot operands into AGPRs when the VGPRs run out (our d = 512 tile on gfx942). The
+# emulator takes them from, and writes them to, the VGPRs of the same numbers.
+# ---------------------------------------------------------------------------------------------
+
+# mnemonic -> (load?, dwords per address, two addresses?)
+CDNA_DS_ACC_OPS = {
+    "DS_WRITE_B32": (False, 1, False), "DS_WRITE_B64": (False, 2, False), "DS_WRITE_B96": (False, 3, False),
+    "DS_WRITE_B128": (False, 4, False), "DS_WRITE2_B32": (False, 1, True), "DS_WRITE2_B64": (False, 2, True),
+    "DS_READ_B32": (True, 1, False), "DS_READ_B64": (True, 2, False), "DS_READ_B96": (True, 3, False),
+    "DS_READ_B128": (True, 4, False), "DS_READ2_B32": (True, 1, True), "DS_READ2_B64": (True, 2, True),
+}
+
+
+def cdna_ds_acc(name):
+    load, dwords, two = CDNA_DS_ACC_OPS[name]
+
+    def run(wave, word, size):
+        """`name` with ACC = 1: addresses VGPR[ADDR] + OFFSET (16 bits), or for the 2-address
+        forms + OFFSET0 and + OFFSET1 times the access size; the data of DATA0 (and DATA1) or
+        into VDST, each of `dwords` AccVGPRs from that number on. An access past the
+        work-group's LDS reads 0 and writes nothing (the guide: out-of-range LDS)."""
+        offset0, offset1, addr = bits(word, 7, 0), bits(word, 15, 8), bits(word, 39, 32)
+        data0, data1, vdst = bits(word, 47, 40), bits(word, 55, 48), bits(word, 63, 56)
+        step = 4 * dwords
+        offsets = [offset0 * step, offset1 * step] if two else [offset0 | offset1 << 8]
+        sources = [data0, data1]
+        lds = _u32_view(wave.lds_addr, launch_facts["lds_bytes"] // 4) if launch_facts["lds_bytes"] else None
+        for lane in wave.active_lanes():
+            for n, offset in enumerate(offsets):
+                at = (int(wave.vgpr[addr, lane]) + offset) & 0xFFFFFFFF
+                inside = lds is not None and at % 4 == 0 and at + step <= launch_facts["lds_bytes"]
+                if load:
+                    regs = slice(vdst + n * dwords, vdst + (n + 1) * dwords)
+                    wave.acc[regs, lane] = lds[at // 4:at // 4 + dwords] if inside else 0
+                elif inside:
+                    lds[at // 4:at // 4 + dwords] = wave.acc[sources[n]:sources[n] + dwords, lane]
+        wave.advance(size)
+    return run
+
+
+for _name in CDNA_DS_ACC_OPS:
+    HANDLERS[("cdna", _name)] = cdna_ds_acc(_name)
+    APPLIES[("cdna", _name)] = lambda word: bits(word, 25, 25) == 1
 # ---------------------------------------------------------------------------------------------
 # Scratch (private) memory, per lane of each wave (MI300 ISA "Scratch instructions", RDNA3 ISA
 # "Scratch instructions"): address = (SVE ? VGPR[addr] : 0) + (saddr enabled ? SGPR[saddr] :
@@ -275,6 +323,8 @@ def scratch_access(wave, arch, word, size):
     no_saddr = 0x7F if arch == "cdna" else NULL_SGPR
     base = (wave.scalar(saddr) if saddr != no_saddr else 0) + offset
     memory = private_memory(wave)
+    # CDNA's ACC bit (55): the data or destination registers are AccVGPRs (LLVM spills AGPRs).
+    regs = wave.acc if arch == "cdna" and bits(word, 55, 55) else wave.vgpr
     store = SCRATCH_STORES[arch].get(op)
     dwords = store or SCRATCH_LOADS[op]
     for lane in wave.active_lanes():
@@ -283,9 +333,9 @@ def scratch_access(wave, arch, word, size):
             raise IndexError(f"scratch access at {at} + {4 * dwords} past the {memory.shape[1]}-byte private segment")
         cell = memory[lane, at:at + 4 * dwords].view(np.uint32)
         if store:
-            cell[:] = wave.vgpr[data:data + dwords, lane]
+            cell[:] = regs[data:data + dwords, lane]
         else:
-            wave.vgpr[vdst:vdst + dwords, lane] = cell
+            regs[vdst:vdst + dwords, lane] = cell
     wave.advance(size)
 
 

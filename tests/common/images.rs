@@ -39,7 +39,7 @@ pub fn images() -> &'static [KernelImage] {
     images_for(&["gfx1100"], &[KernelDtype::F16])
 }
 
-/// Stand-ins for the variants the planner chooses among on AMD (the head-dim tiles 32 to 256,
+/// Stand-ins for the variants the planner chooses among on AMD (the head-dim tiles 32 to 512,
 /// split ones included,
 /// even and padded head dims, flat and paged, plain and extras, the merge) for each of
 /// `targets` and `dtypes`. NVIDIA-only variants (TMA, 32-bit pointers) are not among them.

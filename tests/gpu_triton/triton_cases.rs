@@ -7,6 +7,7 @@
 use candle::{DType, Device, Tensor};
 use fa::triton::Tile;
 use flash_attn_rocm as fa;
+use rand::rngs::StdRng;
 use rand::Rng;
 
 use crate::check::{check_gpu_vs_cpu, check_lse_variant, check_refused, gpu_and_rng, out_only, with_lse, DTYPES};
@@ -154,14 +155,7 @@ pub fn decode_with_extras_matches_cpu() {
         (DType::F16, 80, 3000, CAUSAL, false, Some(20.0)),
     ] {
         let c = BatchCase { b: 2, s_q: 1, s_k, h: 32, h_k: 8, d, dtype, window, alibi, softcap, transposed: false };
-        let x = batch_inputs(&c, &mut rng);
-        let exp = batch_expected(&c, &x);
-        let mut args = vec![&x.q, &x.k, &x.v];
-        args.extend(x.slopes.as_ref());
-        let f = x.features(&c);
-        check_lse_variant(&format!("{c:?}"), &cpu, &args, &exp, false, |a| {
-            with_lse(calls::batch_op(f.with_alibi(a.get(3))).forward_with_lse(&a[0], &a[1], &a[2]))
-        });
+        check_batch_with_lse(&cpu, &mut rng, &c);
     }
     // Paged decode with prefix ranges and softcap (4 rows per k/v head: the decode tile).
     let f = Features { scale: 0.09, window: CAUSAL, alibi: None, softcap: Some(5.0) };
@@ -194,6 +188,19 @@ pub fn paged_decode_of_every_head_dim_tile_matches_cpu() {
     }
 }
 
+/// `c`'s batch call (with its ALiBi slopes where it has them) through
+/// `FlashAttn::forward_with_lse` on the GPU path, output and LSE against the CPU's.
+fn check_batch_with_lse(cpu: &Device, rng: &mut StdRng, c: &BatchCase) {
+    let x = batch_inputs(c, rng);
+    let exp = batch_expected(c, &x);
+    let mut args = vec![&x.q, &x.k, &x.v];
+    args.extend(x.slopes.as_ref());
+    let f = x.features(c);
+    check_lse_variant(&format!("{c:?}"), cpu, &args, &exp, false, |a| {
+        with_lse(calls::batch_op(f.with_alibi(a.get(3))).forward_with_lse(&a[0], &a[1], &a[2]))
+    });
+}
+
 /// Issue 57: head dims 264-512 (candle-flash-attn serves up to 512) were refused on GPUs. They
 /// run on the 512 tile: prefill with every feature, decode split over a long cache and merged,
 /// paged decode with pages smaller and larger than a key tile.
@@ -210,14 +217,7 @@ pub fn head_dims_above_256_match_cpu() {
             (448, 1, 2100, NONE, true, Some(5.0)),
         ] {
             let c = BatchCase { b: 2, s_q, s_k, h: 4, h_k: 2, d, dtype, window, alibi, softcap, transposed: n == 1 };
-            let x = batch_inputs(&c, &mut rng);
-            let exp = batch_expected(&c, &x);
-            let mut args = vec![&x.q, &x.k, &x.v];
-            args.extend(x.slopes.as_ref());
-            let f = x.features(&c);
-            check_lse_variant(&format!("{c:?}"), &cpu, &args, &exp, false, |a| {
-                with_lse(calls::batch_op(f.with_alibi(a.get(3))).forward_with_lse(&a[0], &a[1], &a[2]))
-            });
+            check_batch_with_lse(&cpu, &mut rng, &c);
         }
         let lens = [(1, 1500), (1, 0), (3, 40), (1, 300)];
         for (d, page) in [(512, 16), (320, 64)] {

@@ -80,6 +80,45 @@ def mfma_f32_16x16x16_f16():
                 names=["V_MFMA_F32_16X16X16_F16"])
 
 
+
+def _mfma_16x16x16_b_from_accvgprs(opcode, dtype, name):
+    """A 16x16x16 MFMA whose B operand is in AccVGPRs (ACC bit 60): B is copied from v[4:5] to
+    a[4:5] and v[4:5] zeroed, then `v_mfma_f32_16x16x16_<dtype> v[20:23], v[2:3], a[4:5], 0`
+    (gfx942 encoding, llvm-mc 21: the VOP3P-MAI word with `opcode`). Layout as in
+    mfma_f32_16x16x16_f16."""
+    rng = np.random.default_rng(4)
+    a = rng.integers(-4, 5, (16, 16)).astype(np.float32)   # small integers: exact in f16, bf16, f32
+    b = rng.integers(-4, 5, (16, 16)).astype(np.float32)
+    if dtype == "bf16":
+        bits = lambda x: np.asarray(x, np.float32).view(np.uint32) >> 16
+        a_regs, b_regs = np.zeros((2, 64), np.uint32), np.zeros((2, 64), np.uint32)
+        for lane in range(64):
+            ks = range(4 * (lane // 16), 4 * (lane // 16) + 4)
+            av, bv = [a[lane % 16, k] for k in ks], [b[k, lane % 16] for k in ks]
+            a_regs[:, lane] = halves_to_words(bits(av[0::2]), bits(av[1::2]))
+            b_regs[:, lane] = halves_to_words(bits(bv[0::2]), bits(bv[1::2]))
+    else:
+        a_regs, b_regs = mfma_operands(a.astype(np.float16), b.astype(np.float16), 16)
+    d = a @ b
+    expected = np.array([[d[r + 4 * (lane // 16), lane % 16] for lane in range(64)] for r in range(4)], np.float32)
+    body = [bytes.fromhex(h) for h in ("0440d9d304010018", "0540d9d305010018",   # v_accvgpr_write a4, v4; a5, v5
+                                       "8002087e", "80020a7e",                    # v_mov_b32 v4, 0; v5, 0
+                                       f"1400{opcode}d302090212", "070080bf")]    # the MFMA; s_nop 7
+    inputs = {2: a_regs[0], 3: a_regs[1], 4: b_regs[0], 5: b_regs[1]}
+    return dict(arch="cdna", body=body, inputs=inputs, outputs=[20, 21, 22, 23], expected=expected.view(np.uint32),
+                names=[name])
+
+
+@check
+def cdna_mfma_16x16x16_f16_b_from_accvgprs():
+    """MI300 ISA VOP3P-MAI ACC (bits 60:59): the A / B operand from AccVGPRs."""
+    return _mfma_16x16x16_b_from_accvgprs("cd", "f16", "V_MFMA_F32_16X16X16_F16")
+
+
+@check
+def cdna_mfma_16x16x16_bf16_b_from_accvgprs():
+    return _mfma_16x16x16_b_from_accvgprs("e1", "bf16", "V_MFMA_F32_16X16X16_BF16")
+
 @check
 def cdna_buffer_load_dword_lds_reads_only_active_in_range_lanes():
     """MI300 ISA BUFFER_LOAD_DWORD with LDS = 1: lane l's dword goes to LDS byte M0 + 4 * l;

@@ -156,6 +156,23 @@ def mfma_f32_32x32x8_bf16(wave, word, size):
     _mfma_dense(wave, word, size, 32, bf16_to_f32)
 
 
+# 16x16x16 with A or B in AccVGPRs (ACC bits 60:59): the emulator reads the VGPRs of the same
+# numbers. With both in VGPRs its own layout is right (checks.py mfma_f32_16x16x16_f16), so
+# ours takes only the AccVGPR forms (LLVM's at our d = 512 tile on gfx942).
+@handler("cdna", "V_MFMA_F32_16X16X16_F16")
+def mfma_f32_16x16x16_f16(wave, word, size):
+    _mfma_dense(wave, word, size, 16, f16_to_f32)
+
+
+@handler("cdna", "V_MFMA_F32_16X16X16_BF16", "V_MFMA_F32_16X16X16BF16_1K")
+def mfma_f32_16x16x16_bf16(wave, word, size):
+    _mfma_dense(wave, word, size, 16, bf16_to_f32)
+
+
+for _name in ("V_MFMA_F32_16X16X16_F16", "V_MFMA_F32_16X16X16_BF16", "V_MFMA_F32_16X16X16BF16_1K"):
+    APPLIES[("cdna", _name)] = lambda word: bits(word, 60, 59) != 0
+
+
 # ---------------------------------------------------------------------------------------------
 # Source operands of VOP encodings (all three guides): 0-255 SGPR / special / inline constant
 # (the emulator keeps their values at the same SGPR index), 255 = 32-bit literal after the

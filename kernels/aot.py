@@ -211,8 +211,9 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   scratch accesses in the key loop among those swept (triton 3.6, fp16 flat, VGPR spills / loop
 #   scratch accesses): gfx942 prefill 64x16 x 4 waves 0 / 0 (64x32 40 / 19, 32x32 x 2 98 / 72),
 #   decode 16x16 at waves_per_eu 1 0 / 0 (16 KiB of LDS: a wave per SIMD, where 16x32's 32 KiB
-#   leave half the SIMDs without one); gfx1201 decode 16x16 x 8 waves 0 / 0,
-#   prefill 64x16 x 16 waves 15 / 0 (32x16 x 8 82 / 31). gfx11 keeps no 16-row wave out of the key
+#   leave half the SIMDs without one); gfx1201 decode 16x16 x 8 waves 0 / 0 (x 4 89 / 56),
+#   prefill 64x16 x 16 waves 15 / 0 (32x16 x 8 82 / 31): their waves split the output columns and
+#   each computes the block's scores, 4.5x and 2.5x the useful matrix work (docs/kernel-report.md). gfx11 keeps no 16-row wave out of the key
 #   loop's scratch: its WMMA A operand repeats each row in both half-waves, so one wave's Q operand
 #   at d = 512 alone is 256 VGPRs. gfx1100 16x16 x 2 waves 297 / 70 (x 8 139 / 111, x 16 118 / 80,
 #   32x16 x 4 357 / 261), gfx1103 16x16 x 8 133 / 104 (x 2 319 / 161), gfx1030 16x16 x 8 355 / 488

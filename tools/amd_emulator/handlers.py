@@ -244,7 +244,6 @@ def ds_swizzle_b32(wave, word, size):
     wave.advance(size)
 
 
-
 # ---------------------------------------------------------------------------------------------
 # LDS accesses with AccVGPR data (MI300 ISA "LDS instructions", DS encoding: offset0 7:0,
 # offset1 15:8, gds 16, op 24:17, acc 25, addr 39:32, data0 47:40, data1 55:48, vdst 63:56).
@@ -279,7 +278,9 @@ def cdna_ds_acc(name):
         for lane in wave.active_lanes():
             for n, offset in enumerate(offsets):
                 at = (int(wave.vgpr[addr, lane]) + offset) & 0xFFFFFFFF
-                inside = lds is not None and at % 4 == 0 and at + step <= launch_facts["lds_bytes"]
+                if at % 4:
+                    raise NotImplementedError(f"{name} with ACC = 1 at LDS byte {at}: unaligned, not modelled")
+                inside = lds is not None and at + step <= launch_facts["lds_bytes"]
                 if load:
                     regs = slice(vdst + n * dwords, vdst + (n + 1) * dwords)
                     wave.acc[regs, lane] = lds[at // 4:at // 4 + dwords] if inside else 0
@@ -292,6 +293,8 @@ def cdna_ds_acc(name):
 for _name in CDNA_DS_ACC_OPS:
     HANDLERS[("cdna", _name)] = cdna_ds_acc(_name)
     APPLIES[("cdna", _name)] = lambda word: bits(word, 25, 25) == 1
+
+
 # ---------------------------------------------------------------------------------------------
 # Scratch (private) memory, per lane of each wave (MI300 ISA "Scratch instructions", RDNA3 ISA
 # "Scratch instructions"): address = (SVE ? VGPR[addr] : 0) + (saddr enabled ? SGPR[saddr] :

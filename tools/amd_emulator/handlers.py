@@ -146,31 +146,19 @@ def _mfma_dense(wave, word, size, m, to_f32):
     wave.advance(size)
 
 
-@handler("cdna", "V_MFMA_F32_32X32X8_F16")
-def mfma_f32_32x32x8_f16(wave, word, size):
-    _mfma_dense(wave, word, size, 32, f16_to_f32)
-
-
-@handler("cdna", "V_MFMA_F32_32X32X8_BF16", "V_MFMA_F32_32X32X8BF16_1K")
-def mfma_f32_32x32x8_bf16(wave, word, size):
-    _mfma_dense(wave, word, size, 32, bf16_to_f32)
-
-
-# 16x16x16 with A or B in AccVGPRs (ACC bits 60:59): the emulator reads the VGPRs of the same
-# numbers. With both in VGPRs its own layout is right (checks.py mfma_f32_16x16x16_f16), so
-# ours takes only the AccVGPR forms (LLVM's at our d = 512 tile on gfx942).
-@handler("cdna", "V_MFMA_F32_16X16X16_F16")
-def mfma_f32_16x16x16_f16(wave, word, size):
-    _mfma_dense(wave, word, size, 16, f16_to_f32)
-
-
-@handler("cdna", "V_MFMA_F32_16X16X16_BF16", "V_MFMA_F32_16X16X16BF16_1K")
-def mfma_f32_16x16x16_bf16(wave, word, size):
-    _mfma_dense(wave, word, size, 16, bf16_to_f32)
-
-
-for _name in ("V_MFMA_F32_16X16X16_F16", "V_MFMA_F32_16X16X16_BF16", "V_MFMA_F32_16X16X16BF16_1K"):
-    APPLIES[("cdna", _name)] = lambda word: bits(word, 60, 59) != 0
+# mnemonic -> (M = N, operand conversion) of the dense MFMAs we run. 16x16x16 only with A or B in
+# AccVGPRs (ACC bits 60:59): there the emulator reads the VGPRs of the same numbers; with both in
+# VGPRs its own layout is right (checks.py mfma_f32_16x16x16_f16), so ours takes only the
+# AccVGPR forms (LLVM's at our d = 512 tile on gfx942).
+CDNA_MFMA_DENSE = {
+    "V_MFMA_F32_32X32X8_F16": (32, f16_to_f32), "V_MFMA_F32_32X32X8_BF16": (32, bf16_to_f32),
+    "V_MFMA_F32_32X32X8BF16_1K": (32, bf16_to_f32), "V_MFMA_F32_16X16X16_F16": (16, f16_to_f32),
+    "V_MFMA_F32_16X16X16_BF16": (16, bf16_to_f32), "V_MFMA_F32_16X16X16BF16_1K": (16, bf16_to_f32),
+}
+for _name, (_m, _to_f32) in CDNA_MFMA_DENSE.items():
+    HANDLERS[("cdna", _name)] = (lambda m, to_f32: lambda wave, word, size: _mfma_dense(wave, word, size, m, to_f32))(_m, _to_f32)
+    if _m == 16:
+        APPLIES[("cdna", _name)] = lambda word: bits(word, 60, 59) != 0
 
 
 # ---------------------------------------------------------------------------------------------

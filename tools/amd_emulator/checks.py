@@ -28,10 +28,14 @@ def halves_to_words(lo, hi):
     return (np.asarray(lo, np.uint32) & 0xFFFF) | (np.asarray(hi, np.uint32) << 16)
 
 
-def mfma_operands(a, b, m):
-    """The two VGPRs of A and of B for a dense f16 MFMA with M = N = `m` (MI300 ISA): lane
-    i + m * g holds A[i][4g..4g+3] and B[4g..4g+3][i], two f16 per VGPR, low half first."""
-    bits = lambda x: np.asarray(x, np.float16).view(np.uint16).astype(np.uint32)
+def mfma_operands(a, b, m, dtype="f16"):
+    """The two VGPRs of A and of B for a dense f16 (or bf16) MFMA with M = N = `m` (MI300 ISA):
+    lane i + m * g holds A[i][4g..4g+3] and B[4g..4g+3][i], two halves per VGPR, low half first.
+    bf16 halves are the top 16 bits of the f32 values (exact for the small integers used here)."""
+    if dtype == "bf16":
+        bits = lambda x: np.asarray(x, np.float32).view(np.uint32) >> 16
+    else:
+        bits = lambda x: np.asarray(x, np.float16).view(np.uint16).astype(np.uint32)
     a_regs, b_regs = np.zeros((2, 64), np.uint32), np.zeros((2, 64), np.uint32)
     for lane in range(64):
         ks = range(4 * (lane // m), 4 * (lane // m) + 4)
@@ -89,16 +93,7 @@ def _mfma_16x16x16_b_from_accvgprs(opcode, dtype, name):
     rng = np.random.default_rng(4)
     a = rng.integers(-4, 5, (16, 16)).astype(np.float32)   # small integers: exact in f16, bf16, f32
     b = rng.integers(-4, 5, (16, 16)).astype(np.float32)
-    if dtype == "bf16":
-        bits = lambda x: np.asarray(x, np.float32).view(np.uint32) >> 16
-        a_regs, b_regs = np.zeros((2, 64), np.uint32), np.zeros((2, 64), np.uint32)
-        for lane in range(64):
-            ks = range(4 * (lane // 16), 4 * (lane // 16) + 4)
-            av, bv = [a[lane % 16, k] for k in ks], [b[k, lane % 16] for k in ks]
-            a_regs[:, lane] = halves_to_words(bits(av[0::2]), bits(av[1::2]))
-            b_regs[:, lane] = halves_to_words(bits(bv[0::2]), bits(bv[1::2]))
-    else:
-        a_regs, b_regs = mfma_operands(a.astype(np.float16), b.astype(np.float16), 16)
+    a_regs, b_regs = mfma_operands(a, b, 16, dtype)
     d = a @ b
     expected = np.array([[d[r + 4 * (lane // 16), lane % 16] for lane in range(64)] for r in range(4)], np.float32)
     body = [bytes.fromhex(h) for h in ("0440d9d304010018", "0540d9d305010018",   # v_accvgpr_write a4, v4; a5, v5

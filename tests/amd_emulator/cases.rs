@@ -111,12 +111,7 @@ fn split_head_dims(driver: &'static Driver) {
     }
     let r = ragged(&mut rng, &[(1, 45), (1, 90)], (4, 1, 96), DType::BF16);
     check("paged decode BF16 d96 page 16", driver, paged_call(&r, 16, &mut rng, false));
-    let [q, k, v] = batch_inputs(&mut rng, (1, 1, 600, 2, 1, 80), DType::F16);
-    check("decode F16 d80 s_k 600 (split)", driver, || {
-        let op = fa::FlashAttn { softmax_scale: scale(80), alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None };
-        let (out, lse) = op.forward_with_lse(&q, &k, &v)?;
-        Ok((out, Some(lse)))
-    });
+    split_decode(driver, &mut rng, 80);
     let cdna = driver.arch_name(0).is_ok_and(|arch| arch.starts_with("gfx9"));
     launched_must_include(
         "split_head_dims",
@@ -140,12 +135,7 @@ fn head_dims_above_256(driver: &'static Driver) {
     take_launches();
     prefill_tiles(driver, &[(512, DType::F16), (512, DType::BF16), (264, DType::F16)]);
     flat_decode(driver, &mut rng, DType::BF16, 512);
-    let [q, k, v] = batch_inputs(&mut rng, (1, 1, 600, 2, 1, 512), DType::F16);
-    check("decode F16 d512 s_k 600 (split)", driver, || {
-        let op = fa::FlashAttn { softmax_scale: scale(512), alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None };
-        let (out, lse) = op.forward_with_lse(&q, &k, &v)?;
-        Ok((out, Some(lse)))
-    });
+    split_decode(driver, &mut rng, 512);
     let r = ragged(&mut rng, &[(1, 45), (1, 90)], (4, 1, 384), DType::F16);
     check("paged decode F16 d384 page 16", driver, paged_call(&r, 16, &mut rng, false));
     launched_must_include(
@@ -153,6 +143,17 @@ fn head_dims_above_256(driver: &'static Driver) {
         &["fwd_prefill_fp16_d512_", "fwd_prefill_bf16_d512_", "fwd_prefill_fp16_d512p_", "fwd_decode_bf16_d512_flat",
           "fwd_decode_fp16_d512p_paged", "merge_fp16_d512"],
     );
+}
+
+/// One f16 query row (GQA 2/1) against 600 keys at head dim `d`, with the LSE: the plan splits
+/// the keys and a merge combines them.
+fn split_decode(driver: &'static Driver, rng: &mut StdRng, d: usize) {
+    let [q, k, v] = batch_inputs(rng, (1, 1, 600, 2, 1, d), DType::F16);
+    check(&format!("decode F16 d{d} s_k 600 (split)"), driver, || {
+        let op = fa::FlashAttn { softmax_scale: scale(d), alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None };
+        let (out, lse) = op.forward_with_lse(&q, &k, &v)?;
+        Ok((out, Some(lse)))
+    });
 }
 
 /// Decode (one query row per sequence), GQA 4/1: the decode tile.

@@ -395,6 +395,17 @@ def buffer_gl0_gl1_inv_change_nothing():
 
 
 @check
+def rdna3_s_setprio_changes_nothing():
+    """RDNA3 ISA S_SETPRIO: the wave's issue priority only; registers are unchanged and
+    execution continues at the next instruction (v4 = v2 + 5 between two of them)."""
+    ins = programs.isa("rdna3")
+    body = [ins.s_setprio(simm16=3), ins.v_add_nc_u32_e32(ins.v[4], 5, ins.v[2]), ins.s_setprio(simm16=0)]
+    src = np.arange(32, dtype=np.uint32)
+    return dict(arch="rdna3", body=body, inputs={2: src}, outputs=[4, 2], expected=np.stack([src + 5, src]),
+                names=["S_SETPRIO"])
+
+
+@check
 def ds_swizzle_b32_bit_and_quad_modes():
     """MI300 ISA DS_SWIZZLE_B32: offset 0x401F (BitMode: and 0x1F, or 0, xor 0x10) gives lane
     i the value of lane i ^ 16 within its 32 lanes; offset 0x801B (QDMode, selects 3,2,1,0)

@@ -137,15 +137,25 @@ class CodeObject:
 
     @staticmethod
     def _metadata(notes):
+        """The AMDGPU metadata. A code object linked from several objects (rocBLAS's Tensile
+        libraries: one assembled kernel each) carries one note per object; their kernel lists
+        are merged, the rest taken from the first."""
+        merged = None
         for note in notes:
             i = 0
             while i + 12 <= len(note):
                 namesz, descsz, ntype = struct.unpack_from("<III", note, i)
                 name_end = i + 12 + ((namesz + 3) & ~3)
                 if ntype == NT_AMDGPU_METADATA and note[i + 12:i + 12 + namesz].rstrip(b"\0") == b"AMDGPU":
-                    return msgpack(note[name_end:name_end + descsz])[0]
+                    meta = msgpack(note[name_end:name_end + descsz])[0]
+                    if merged is None:
+                        merged = dict(meta, **{"amdhsa.kernels": list(meta.get("amdhsa.kernels", []))})
+                    else:
+                        merged["amdhsa.kernels"] += meta.get("amdhsa.kernels", [])
                 i = name_end + ((descsz + 3) & ~3)
-        raise ValueError("no AMDGPU metadata note")
+        if merged is None:
+            raise ValueError("no AMDGPU metadata note")
+        return merged
 
     @staticmethod
     def _symbols(image):

@@ -50,17 +50,25 @@ HIDDEN_U32 = {"hidden_block_count_x": 0, "hidden_block_count_y": 1, "hidden_bloc
 HIDDEN_U16 = {"hidden_group_size_x": 0, "hidden_group_size_y": 1, "hidden_group_size_z": 2}
 
 
-def build_kernargs(kernel, params, grid, block, dynamic_lds):
+def build_kernargs(kernel, params, grid, block, dynamic_lds, buffer=(0, 0)):
     """The kernarg segment: explicit arguments copied from the launcher's `params` (one host
-    pointer per argument, as hipModuleLaunchKernel's kernelParams), hidden ones filled as the
-    HIP runtime fills them (grid in blocks, block sizes, grid dims, dynamic LDS)."""
+    pointer per argument, as hipModuleLaunchKernel's kernelParams), or from `buffer` (address,
+    size: a kernarg buffer the launcher laid out itself, passed through `extra`; used when its
+    address is not 0), hidden ones filled as the HIP runtime fills them (grid in blocks, block
+    sizes, grid dims, dynamic LDS)."""
     size = max(kernel.metadata.get(".kernarg_segment_size", 0), kernel.descriptor.kernarg_size, 8)
     buf = bytearray(size)
+    address, length = buffer
+    if address:
+        if length > size:
+            raise ValueError(f"{kernel.name}: a kernarg buffer of {length} bytes for a segment of {size}")
+        buf[:length] = ctypes.string_at(address, length)
     explicit = 0
     for arg in kernel.metadata.get(".args", []):
         kind, offset, width = arg[".value_kind"], arg[".offset"], arg[".size"]
         if kind in ("by_value", "global_buffer"):
-            buf[offset:offset + width] = ctypes.string_at(_read_u64(params + 8 * explicit), width)
+            if not address:
+                buf[offset:offset + width] = ctypes.string_at(_read_u64(params + 8 * explicit), width)
             explicit += 1
         elif kind in HIDDEN_U32:
             struct.pack_into("<I", buf, offset, grid[HIDDEN_U32[kind]])
@@ -147,13 +155,14 @@ def get_function(module_id, name_addr, handle_out):
     ctypes.c_uint64.from_address(handle_out).value = fid
 
 
-def launch(fid, gx, gy, gz, bx, by, bz, dynamic_lds, params):
+def launch(fid, gx, gy, gz, bx, by, bz, dynamic_lds, params, buffer_addr=0, buffer_size=0):
     from test.mockgpu.amd.emu import run_asm
     import corrections
     module, kernel = _functions[fid]
     kd = kernel.descriptor
     grid, block = (gx, gy, gz), (bx, by, bz)
-    kernargs = ctypes.create_string_buffer(bytes(build_kernargs(kernel, params, grid, block, dynamic_lds)))
+    kernargs = ctypes.create_string_buffer(bytes(build_kernargs(kernel, params, grid, block, dynamic_lds,
+                                                                (buffer_addr, buffer_size))))
     packet = ctypes.create_string_buffer(bytes(dispatch_packet(grid, block, kernel, ctypes.addressof(kernargs))))
     entry = module.base + kernel.descriptor_vaddr + kd.entry_offset
     rsrc2 = rsrc2_with_lds(kd.rsrc2, kd.group_segment_fixed_size + dynamic_lds)

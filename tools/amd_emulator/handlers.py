@@ -581,6 +581,15 @@ def cdna_s_setreg_imm32_b32(wave, word, size):
     wave.advance(size)
 
 
+@handler("rdna3", "S_SETPRIO")
+def rdna3_s_setprio(wave, word, size):
+    """RDNA3 ISA S_SETPRIO (SOPP, simm16 1:0): sets the wave's priority for instruction issue
+    among the SIMD's waves, which changes no register or memory value (the emulator cannot
+    compile it for RDNA3: "Failed to compile s_setprio"; its RDNA4 one runs). rocBLAS's Tensile
+    kernels raise it around their loads."""
+    wave.advance(size)
+
+
 # ---------------------------------------------------------------------------------------------
 # RDNA4 WMMA with an inline-constant accumulator (RDNA4 ISA, WMMA: "SRC2 may be an inline
 # constant", every element of C is then that constant). The emulator reads VGPRs at the

@@ -79,11 +79,25 @@ pub fn get_function(module: usize, name: &str) -> Result<usize, String> {
     Ok(function)
 }
 
-/// Runs a grid of `function` to completion: `params` holds one pointer per explicit argument
-/// (hipModuleLaunchKernel's kernelParams, hipLaunchKernel's args).
-pub fn launch(function: usize, grid: [u32; 3], block: [u32; 3], dynamic_lds: u32, params: *mut *mut c_void) -> Result<(), String> {
+/// A launch's explicit arguments.
+#[derive(Clone, Copy)]
+pub enum Arguments {
+    /// One pointer per explicit argument (hipModuleLaunchKernel's kernelParams, hipLaunchKernel's
+    /// args).
+    Pointers(*mut *mut c_void),
+    /// A kernarg buffer the launcher laid out at the metadata's offsets, and its size (`extra`'s
+    /// `HIP_LAUNCH_PARAM_BUFFER_POINTER` and `_SIZE`: rocBLAS's Tensile kernels).
+    Buffer(*const c_void, usize),
+}
+
+/// Runs a grid of `function` to completion with `arguments`.
+pub fn launch(function: usize, grid: [u32; 3], block: [u32; 3], dynamic_lds: u32, arguments: Arguments) -> Result<(), String> {
     let dims = [grid[0], grid[1], grid[2], block[0], block[1], block[2], dynamic_lds].map(|x| x as usize);
-    call("launch", &[&[function][..], &dims, &[params as usize]].concat())
+    let args = match arguments {
+        Arguments::Pointers(params) => [params as usize, 0, 0],
+        Arguments::Buffer(buffer, size) => [0, buffer as usize, size],
+    };
+    call("launch", &[&[function][..], &dims, &args].concat())
 }
 
 /// A C string argument as text (kernel names).

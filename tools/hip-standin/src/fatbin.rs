@@ -241,5 +241,5 @@ pub unsafe extern "C" fn hipLaunchKernel(
     let Ok(shared) = u32::try_from(shared) else {
         return fail(code::invalid_value(), call, format!("{shared} bytes of dynamic LDS"));
     };
-    run(call, &kernel, [grid.x, grid.y, grid.z], [block.x, block.y, block.z], shared, stream, args)
+    run(call, &kernel, [grid.x, grid.y, grid.z], [block.x, block.y, block.z], shared, stream, crate::emulator::Arguments::Pointers(args))
 }

@@ -7,6 +7,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use crate::devices::{current, devices};
 use crate::errors::{code, fail, ok};
+use crate::emulator::Arguments;
 use crate::{emulator, log, streams, Handle};
 
 /// A loaded code object.
@@ -68,7 +69,7 @@ pub fn kernel(call: &str, module: usize, name: &str) -> Result<(usize, Kernel), 
 }
 
 /// Runs one grid of `kernel` on the stream's device, to completion.
-pub fn run(call: &str, kernel: &Kernel, grid: [u32; 3], block: [u32; 3], dynamic_lds: u32, stream: Handle, params: *mut *mut c_void) -> i32 {
+pub fn run(call: &str, kernel: &Kernel, grid: [u32; 3], block: [u32; 3], dynamic_lds: u32, stream: Handle, arguments: Arguments) -> i32 {
     if let Err(status) = streams::check_stream(call, stream) {
         return status;
     }
@@ -80,12 +81,12 @@ pub fn run(call: &str, kernel: &Kernel, grid: [u32; 3], block: [u32; 3], dynamic
     if grid.contains(&0) || block.contains(&0) || threads > 1024 {
         return fail(code::invalid_configuration(), call, format!("grid {grid:?}, block {block:?}"));
     }
-    if params.is_null() {
+    if matches!(arguments, Arguments::Pointers(p) if p.is_null()) || matches!(arguments, Arguments::Buffer(b, _) if b.is_null()) {
         return fail(code::invalid_value(), call, "null kernel arguments");
     }
     let arch = devices()[kernel.device].arch;
     log::record(&log::Launch { kernel: &kernel.name, arch, grid, block, dynamic_lds, image: kernel.image });
-    match emulator::launch(kernel.emulated, grid, block, dynamic_lds, params) {
+    match emulator::launch(kernel.emulated, grid, block, dynamic_lds, arguments) {
         Ok(()) => ok(),
         Err(why) => fail(code::launch_failure(), call, why),
     }
@@ -135,6 +136,48 @@ pub unsafe extern "C" fn hipModuleGetFunction(out: *mut Handle, module: Handle, 
     }
 }
 
+/// `extra`'s keys (hip_runtime_api.h: `HIP_LAUNCH_PARAM_BUFFER_POINTER`, `_SIZE`, `_END`).
+const PARAM_BUFFER_POINTER: usize = 1;
+const PARAM_BUFFER_SIZE: usize = 2;
+const PARAM_END: usize = 3;
+
+/// A launch's arguments: `params` (kernelParams), or the kernarg buffer that `extra` names
+/// (`HIP_LAUNCH_PARAM_BUFFER_POINTER`, buffer, `HIP_LAUNCH_PARAM_BUFFER_SIZE`, &size,
+/// `HIP_LAUNCH_PARAM_END`), as HIP takes them; both, or `extra` without its buffer, is an error.
+///
+/// # Safety
+/// `extra`, when not null, is a key/value list ended by `HIP_LAUNCH_PARAM_END`, whose size
+/// value points at a `size_t`.
+unsafe fn arguments(call: &str, params: *mut *mut c_void, extra: *mut *mut c_void) -> Result<Arguments, i32> {
+    if extra.is_null() {
+        return Ok(Arguments::Pointers(params));
+    }
+    if !params.is_null() {
+        return Err(fail(code::invalid_value(), call, "both kernelParams and extra"));
+    }
+    let (mut buffer, mut size) = (std::ptr::null::<c_void>(), None);
+    for pair in 0.. {
+        // SAFETY: the list is ended by PARAM_END (the caller's contract); each key but the last
+        // has its value after it.
+        let key = unsafe { *extra.add(2 * pair) } as usize;
+        match key {
+            PARAM_END => break,
+            PARAM_BUFFER_POINTER => buffer = unsafe { *extra.add(2 * pair + 1) },
+            // SAFETY: the size's value points at a size_t (the caller's contract).
+            PARAM_BUFFER_SIZE => size = Some(unsafe { *(*extra.add(2 * pair + 1)).cast::<usize>() }),
+            other => return Err(fail(code::invalid_value(), call, format!("extra key {other:#x}"))),
+        }
+    }
+    match size {
+        Some(size) if !buffer.is_null() => Ok(Arguments::Buffer(buffer, size)),
+        _ => Err(fail(code::invalid_value(), call, "extra without HIP_LAUNCH_PARAM_BUFFER_POINTER and _SIZE")),
+    }
+}
+
+fn launched_kernel(call: &str, function: Handle) -> Result<Kernel, i32> {
+    loaded().kernels.get(&(function as usize)).cloned().ok_or_else(|| fail(code::invalid_handle(), call, format!("function {function:?}")))
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn hipModuleLaunchKernel(
     function: Handle,
@@ -150,11 +193,82 @@ pub unsafe extern "C" fn hipModuleLaunchKernel(
     extra: *mut *mut c_void,
 ) -> i32 {
     let call = "hipModuleLaunchKernel";
-    if !extra.is_null() {
-        return fail(code::not_supported(), call, "arguments through `extra` are not modelled (use kernelParams)");
+    // SAFETY: HIP's contract for `extra`, passed on.
+    let launch = launched_kernel(call, function).and_then(|kernel| Ok((kernel, unsafe { arguments(call, params, extra) }?)));
+    match launch {
+        Ok((kernel, arguments)) => run(call, &kernel, [gx, gy, gz], [bx, by, bz], dynamic_lds, stream, arguments),
+        Err(status) => status,
     }
-    let Some(kernel) = loaded().kernels.get(&(function as usize)).cloned() else {
-        return fail(code::invalid_handle(), call, format!("function {function:?}"));
+}
+
+/// hipModuleLaunchKernel with the grid in work-items (a whole number of blocks here: partial
+/// work-groups are not modelled) and events recorded around the launch (rocBLAS's Tensile
+/// kernels launch this way, with `extra`).
+#[no_mangle]
+pub unsafe extern "C" fn hipExtModuleLaunchKernel(
+    function: Handle,
+    global_x: u32,
+    global_y: u32,
+    global_z: u32,
+    bx: u32,
+    by: u32,
+    bz: u32,
+    dynamic_lds: usize,
+    stream: Handle,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    start: Handle,
+    stop: Handle,
+    _flags: u32,
+) -> i32 {
+    let call = "hipExtModuleLaunchKernel";
+    let (global, block) = ([global_x, global_y, global_z], [bx, by, bz]);
+    if block.contains(&0) || global.iter().zip(&block).any(|(g, b)| g % b != 0) || dynamic_lds > u32::MAX as usize {
+        return fail(code::invalid_configuration(), call, format!("work-items {global:?} in blocks {block:?} (partial work-groups are not modelled), LDS {dynamic_lds}"));
+    }
+    let grid = [global_x / bx, global_y / by, global_z / bz];
+    if !start.is_null() {
+        // SAFETY: an event handle, per HIP's contract.
+        let status = unsafe { streams::hipEventRecord(start, stream) };
+        if status != 0 {
+            return status;
+        }
+    }
+    // SAFETY: HIP's contract for `extra`, passed on.
+    let status = match launched_kernel(call, function).and_then(|kernel| Ok((kernel, unsafe { arguments(call, params, extra) }?))) {
+        Ok((kernel, arguments)) => run(call, &kernel, grid, block, dynamic_lds as u32, stream, arguments),
+        Err(status) => status,
     };
-    run(call, &kernel, [gx, gy, gz], [bx, by, bz], dynamic_lds, stream, params)
+    if status != 0 || stop.is_null() {
+        return status;
+    }
+    // SAFETY: as above.
+    unsafe { streams::hipEventRecord(stop, stream) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extra_names_a_kernarg_buffer() {
+        let mut kernargs = [0u8; 24];
+        let mut size = kernargs.len();
+        let pointers = [std::ptr::null_mut::<c_void>(); 2];
+        let key = |k: usize| k as *mut c_void;
+        let mut extra = [key(PARAM_BUFFER_POINTER), kernargs.as_mut_ptr().cast(), key(PARAM_BUFFER_SIZE), (&mut size as *mut usize).cast(), key(PARAM_END)];
+        let mut no_size = [key(PARAM_BUFFER_POINTER), kernargs.as_mut_ptr().cast(), key(PARAM_END)];
+        let mut unknown = [key(7), key(0), key(PARAM_END)];
+        // SAFETY (this test's calls): each list ends with PARAM_END, and the size value points at a usize.
+        unsafe {
+            assert!(matches!(arguments("t", pointers.as_ptr().cast_mut(), std::ptr::null_mut()), Ok(Arguments::Pointers(p)) if p == pointers.as_ptr().cast_mut()));
+            match arguments("t", std::ptr::null_mut(), extra.as_mut_ptr()) {
+                Ok(Arguments::Buffer(buffer, 24)) => assert_eq!(buffer, kernargs.as_ptr().cast()),
+                _ => panic!("extra's buffer and size"),
+            }
+            assert_eq!(arguments("t", pointers.as_ptr().cast_mut(), extra.as_mut_ptr()).err(), Some(code::invalid_value()), "both");
+            assert_eq!(arguments("t", std::ptr::null_mut(), no_size.as_mut_ptr()).err(), Some(code::invalid_value()), "no size");
+            assert_eq!(arguments("t", std::ptr::null_mut(), unknown.as_mut_ptr()).err(), Some(code::invalid_value()), "unknown key");
+        }
+    }
 }

@@ -7,10 +7,10 @@ use std::time::Instant;
 use crate::errors::{code, fail, ok};
 use crate::Handle;
 
-/// Live streams (handle -> device ordinal) and events (handle -> when recorded).
+/// Live streams (handle -> device ordinal and creation flags) and events (handle -> when recorded).
 #[derive(Default)]
 struct Objects {
-    streams: HashMap<usize, usize>,
+    streams: HashMap<usize, (usize, u32)>,
     events: HashMap<usize, Option<Instant>>,
     next: usize,
 }
@@ -37,10 +37,10 @@ pub fn check_stream(call: &str, stream: Handle) -> Result<(), i32> {
 
 /// The device a live stream belongs to; `None` for the null stream (the current device's).
 pub fn device_of(stream: Handle) -> Option<usize> {
-    objects().streams.get(&(stream as usize)).copied()
+    objects().streams.get(&(stream as usize)).map(|&(device, _)| device)
 }
 
-fn create_stream(call: &str, out: *mut Handle) -> i32 {
+fn create_stream(call: &str, out: *mut Handle, flags: u32) -> i32 {
     if out.is_null() {
         return fail(code::invalid_value(), call, "null stream pointer");
     }
@@ -50,7 +50,7 @@ fn create_stream(call: &str, out: *mut Handle) -> i32 {
     };
     let mut objects = objects();
     let handle = fresh(&mut objects);
-    objects.streams.insert(handle, device);
+    objects.streams.insert(handle, (device, flags));
     // SAFETY: non-null, the caller's writable stream variable.
     unsafe { *out = handle as Handle };
     ok()
@@ -58,17 +58,17 @@ fn create_stream(call: &str, out: *mut Handle) -> i32 {
 
 #[no_mangle]
 pub unsafe extern "C" fn hipStreamCreate(out: *mut Handle) -> i32 {
-    create_stream("hipStreamCreate", out)
+    create_stream("hipStreamCreate", out, 0)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn hipStreamCreateWithFlags(out: *mut Handle, _flags: u32) -> i32 {
-    create_stream("hipStreamCreateWithFlags", out)
+pub unsafe extern "C" fn hipStreamCreateWithFlags(out: *mut Handle, flags: u32) -> i32 {
+    create_stream("hipStreamCreateWithFlags", out, flags)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn hipStreamCreateWithPriority(out: *mut Handle, _flags: u32, _priority: i32) -> i32 {
-    create_stream("hipStreamCreateWithPriority", out)
+pub unsafe extern "C" fn hipStreamCreateWithPriority(out: *mut Handle, flags: u32, _priority: i32) -> i32 {
+    create_stream("hipStreamCreateWithPriority", out, flags)
 }
 
 #[no_mangle]
@@ -93,6 +93,49 @@ pub unsafe extern "C" fn hipStreamQuery(stream: Handle) -> i32 {
         Ok(()) => ok(),
         Err(status) => status,
     }
+}
+
+/// The flags a stream was created with; the null stream has none (`hipStreamDefault`).
+#[no_mangle]
+pub unsafe extern "C" fn hipStreamGetFlags(stream: Handle, flags: *mut u32) -> i32 {
+    if flags.is_null() {
+        return fail(code::invalid_value(), "hipStreamGetFlags", "null flags pointer");
+    }
+    let value = match stream.is_null() {
+        true => 0,
+        false => match objects().streams.get(&(stream as usize)) {
+            Some(&(_, flags)) => flags,
+            None => return fail(code::invalid_handle(), "hipStreamGetFlags", format!("stream {stream:?}")),
+        },
+    };
+    // SAFETY: non-null, the caller's writable flags variable.
+    unsafe { *flags = value };
+    ok()
+}
+
+/// The device ordinal of a stream (the current device's for the null stream); -1 for a stream
+/// that does not exist, as HIP answers.
+#[no_mangle]
+pub unsafe extern "C" fn hipGetStreamDeviceId(stream: Handle) -> i32 {
+    match (stream.is_null(), device_of(stream)) {
+        (false, Some(device)) => device as i32,
+        (true, _) => crate::devices::current().map_or(-1, |(ordinal, _)| ordinal as i32),
+        (false, None) => -1,
+    }
+}
+
+/// Streams are never captured into graphs here: `hipStreamCaptureStatusNone`.
+#[no_mangle]
+pub unsafe extern "C" fn hipStreamIsCapturing(stream: Handle, status: *mut i32) -> i32 {
+    if let Err(e) = check_stream("hipStreamIsCapturing", stream) {
+        return e;
+    }
+    if status.is_null() {
+        return fail(code::invalid_value(), "hipStreamIsCapturing", "null status pointer");
+    }
+    // SAFETY: non-null, the caller's writable status variable.
+    unsafe { *status = 0 };
+    ok()
 }
 
 #[no_mangle]
@@ -178,4 +221,29 @@ pub unsafe extern "C" fn hipEventElapsedTime(ms: *mut f32, start: Handle, stop: 
     // SAFETY: non-null, the caller's writable float.
     unsafe { *ms = b.saturating_duration_since(*a).as_secs_f32() * 1e3 };
     ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_keep_their_flags_and_device() {
+        let mut stream: Handle = std::ptr::null_mut();
+        let (mut flags, mut capturing) = (7u32, 7i32);
+        // SAFETY (this test's calls): the stand-in's own functions on its own handles.
+        unsafe {
+            assert_eq!(hipStreamCreateWithFlags(&mut stream, 1), code::success());
+            assert_eq!(hipStreamGetFlags(stream, &mut flags), code::success());
+            assert_eq!(flags, 1, "hipStreamNonBlocking");
+            assert_eq!(hipStreamGetFlags(std::ptr::null_mut(), &mut flags), code::success());
+            assert_eq!(flags, 0, "the null stream");
+            assert_eq!(hipGetStreamDeviceId(stream), 0);
+            assert_eq!(hipStreamIsCapturing(stream, &mut capturing), code::success());
+            assert_eq!(capturing, 0);
+            assert_eq!(hipStreamDestroy(stream), code::success());
+            assert_eq!(hipStreamGetFlags(stream, &mut flags), code::invalid_handle(), "a destroyed stream");
+            assert_eq!(hipGetStreamDeviceId(stream), -1);
+        }
+    }
 }

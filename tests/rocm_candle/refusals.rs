@@ -1,50 +1,92 @@
-//! What CK cannot serve: each such call must return an `Err` that names the reason.
+//! What CK cannot serve (head dims above 256, softcap with ALiBi, pages that are not multiples
+//! of 128, `mm_prefix_ranges`): under `FLASH_ATTN_ROCM_KERNELS=ck` each such call is an `Err`
+//! that names the reason; otherwise our Triton kernels serve it, and it must match the CPU. What
+//! no GPU family serves (f32) is an `Err` either way.
 
 use candle::{DType, Device, Tensor};
 use flash_attn_rocm as fa;
+use fa::plan::dispatch::KernelChoice;
+use rand::Rng;
 
-use crate::check::{check_refused, gpu_and_rng, out_only};
-use crate::common::batch::slopes;
+use crate::check::{check_gpu_vs_cpu, check_refused, gpu_and_rng, out_only};
+use crate::common::batch::{batch_expected, batch_inputs, BatchCase};
 use crate::common::calls::{self, Features, CAUSAL};
+use crate::common::expected::{expected, LseLayout};
 use crate::common::ragged::{paginate, ragged};
-use crate::common::randn;
+use crate::common::{randn, RefOpts};
 use crate::varlen::paged_args;
 
 #[test]
-fn calls_ck_cannot_serve_are_errors() {
-    let Some((dev, mut rng)) = gpu_and_rng("calls_ck_cannot_serve_are_errors") else {
+fn calls_ck_cannot_serve_are_errors_or_triton() {
+    let Some((dev, mut rng)) = gpu_and_rng("calls_ck_cannot_serve_are_errors_or_triton") else {
         return;
     };
     let plain = |a: &[Tensor]| out_only(fa::flash_attn(&a[0], &a[1], &a[2], 0.125, true));
-
     let f32_qkv = [0; 3].map(|_| randn(&mut rng, &[1, 16, 2, 64], DType::F32));
     check_refused("f32", &dev, &f32_qkv.each_ref(), "f16 or bf16", plain);
 
-    let wide = [0; 3].map(|_| randn(&mut rng, &[1, 16, 2, 512], DType::F16));
-    check_refused("head dim 512", &dev, &wide.each_ref(), "head dims up to 256", plain);
-
-    let qkv = [0; 3].map(|_| randn(&mut rng, &[1, 16, 2, 64], DType::BF16));
-    let mut args = qkv.each_ref().to_vec();
-    let s = slopes(&mut rng, 2);
-    args.push(&s);
-    check_refused("softcap + alibi", &dev, &args, "softcap with ALiBi", |a| {
-        // `calls::batch` picks flash_attn_alibi_windowed_softcap.
-        let f = Features { scale: 0.125, window: CAUSAL, alibi: a.get(3), softcap: Some(5.0) };
-        out_only(calls::batch(&a[0], &a[1], &a[2], f))
-    });
-
-    let lens = [(3, 200), (5, 40)];
-    let x = ragged(&mut rng, &lens, (2, 1, 64), DType::F16);
-    let (sq, sk) = x.seqlens();
-    for (page, with_prefix, needle) in [(128, true, "mm_prefix_ranges"), (64, false, "multiple of 128")] {
-        let p = paginate(&mut rng, &x, page, 1);
-        let ranges = Tensor::from_vec(vec![0i32, 2, 1, 4], (2, 1, 2), &Device::Cpu).unwrap();
-        let mut args = vec![&x.q, &p.k_pages, &p.v_pages, &sq, &sk, &p.table];
-        args.extend(with_prefix.then_some(&ranges));
-        check_refused(&format!("paged page={page} prefix={with_prefix}"), &dev, &args, needle, |a| {
-            let (kv, lens) = paged_args(a, page, (5, 200));
-            let f = Features { scale: 0.125, window: CAUSAL, alibi: None, softcap: None };
-            out_only(calls::paged(&a[0], &kv, a.get(6), &lens, f))
-        });
+    let ck_only = KernelChoice::from_env().expect("FLASH_ATTN_ROCM_KERNELS") == KernelChoice::Ck;
+    eprintln!("kernel choice: {}", if ck_only { "ck: CK's refusals" } else { "auto/triton: Triton serves them" });
+    // Under `ck`, a build without CK (RDNA) refuses everything for that reason first.
+    let reason = |needle: &'static str| if fa::rocm::CK_ARCHS.is_empty() { "CK was built for" } else { needle };
+    let batch = |d, alibi, softcap| BatchCase {
+        b: 1, s_q: 40, s_k: 70, h: 2, h_k: 1, d, dtype: DType::BF16, window: CAUSAL, alibi, softcap, transposed: false,
+    };
+    for (c, needle) in [(batch(512, false, None), "head dims up to 256"), (batch(64, true, Some(5.0)), "softcap with ALiBi")] {
+        let x = batch_inputs(&c, &mut rng);
+        let mut args = vec![&x.q, &x.k, &x.v];
+        args.extend(x.slopes.as_ref());
+        let f = x.features(&c);
+        // `calls::batch` picks flash_attn_alibi_windowed_softcap for softcap with ALiBi.
+        let call = |a: &[Tensor]| out_only(calls::batch(&a[0], &a[1], &a[2], f.with_alibi(a.get(3))));
+        if ck_only {
+            check_refused(&format!("{c:?}"), &dev, &args, reason(needle), call);
+        } else {
+            check_gpu_vs_cpu(&format!("{c:?}"), &dev, &args, &batch_expected(&c, &x), call);
+            expect_triton(&format!("{c:?}"), &dev, &args, call);
+        }
     }
+
+    let lens = [(3, 200), (5, 40), (0, 9)];
+    let heads = (2, 1, 64);
+    let max = (5, 200);
+    for (page, with_prefix, needle) in [(128, true, "mm_prefix_ranges"), (64, false, "multiple of 128")] {
+        let x = ragged(&mut rng, &lens, heads, DType::F16);
+        let p = paginate(&mut rng, &x, page, 1);
+        let ranges: Vec<Vec<(i64, i64)>> = lens
+            .iter()
+            .map(|&(_, s_k)| {
+                let a = rng.gen_range(0..s_k.max(1)) as i64;
+                vec![(a, a + rng.gen_range(1..30)), (4, 4)]
+            })
+            .collect();
+        let flat: Vec<i32> = ranges.iter().flatten().flat_map(|&(a, b)| [a as i32, b as i32]).collect();
+        let ranges_t = Tensor::from_vec(flat, (lens.len(), 2, 2), &Device::Cpu).unwrap();
+        let (sq, sk) = x.seqlens();
+        let mut args = vec![&x.q, &p.k_pages, &p.v_pages, &sq, &sk, &p.table];
+        args.extend(with_prefix.then_some(&ranges_t));
+        let f = Features { scale: 0.125, window: CAUSAL, alibi: None, softcap: None };
+        let call = |a: &[Tensor]| {
+            let (kv, lens) = paged_args(a, page, max);
+            out_only(calls::paged(&a[0], &kv, a.get(6), &lens, f))
+        };
+        let what = format!("paged page={page} prefix={with_prefix}");
+        if ck_only {
+            check_refused(&what, &dev, &args, reason(needle), call);
+        } else {
+            let opts: Vec<RefOpts> = ranges
+                .iter()
+                .map(|r| RefOpts { mm_prefix: if with_prefix { r.clone() } else { vec![] }, ..f.ref_opts(max.1) })
+                .collect();
+            check_gpu_vs_cpu(&what, &dev, &args, &expected(&x.seqs(), &opts, heads, DType::F16, LseLayout::VarLen), call);
+            expect_triton(&what, &dev, &args, call);
+        }
+    }
+}
+
+/// `explain` names our Triton kernels for `call` on copies of `args` on `dev`.
+fn expect_triton(what: &str, dev: &Device, args: &[&Tensor], call: impl Fn(&[Tensor]) -> crate::check::Outcome) {
+    let gpu_args: Vec<Tensor> = args.iter().map(|t| t.to_device(dev).unwrap()).collect();
+    let dispatch = fa::explain(|| call(&gpu_args)).unwrap_or_else(|e| panic!("{what}: explain: {e}"));
+    assert_eq!(dispatch.backend, fa::Backend::Triton, "{what}: {dispatch}");
 }

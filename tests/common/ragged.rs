@@ -103,3 +103,14 @@ pub fn paginate(rng: &mut StdRng, x: &Ragged, page: usize, spare_blocks: usize) 
     let table = Tensor::from_vec(table, (x.lens.len(), max_blocks), &Device::Cpu).unwrap();
     Paged { k_pages, v_pages, table }
 }
+
+/// Two `mm_prefix_ranges` pairs per sequence of `lens` (q, k): one of 1 to 39 positions from a
+/// random start below the sequence's key length (it may reach past it), and an empty one.
+pub fn prefix_ranges(rng: &mut StdRng, lens: &[(usize, usize)]) -> Vec<Vec<(i64, i64)>> {
+    lens.iter()
+        .map(|&(_, s_k)| {
+            let a = rng.gen_range(0..s_k.max(1)) as i64;
+            vec![(a, a + rng.gen_range(1..40)), (5, 5)]
+        })
+        .collect()
+}

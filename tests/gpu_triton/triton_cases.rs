@@ -14,7 +14,7 @@ use crate::check::{check_gpu_vs_cpu, check_lse_variant, check_refused, gpu_and_r
 use crate::common::batch::{batch_expected, batch_inputs, BatchCase};
 use crate::common::calls::{self, Features, CAUSAL, NONE};
 use crate::common::expected::{expected, LseLayout};
-use crate::common::ragged::{paginate, ragged};
+use crate::common::ragged::{paginate, prefix_ranges, ragged};
 use crate::common::{randn, RefOpts};
 use crate::varlen::paged_args;
 
@@ -74,13 +74,7 @@ fn check_paged_with_ranges(
 ) {
     let x = ragged(rng, lens, heads, dtype);
     let p = paginate(rng, &x, page, 2);
-    let ranges: Vec<Vec<(i64, i64)>> = lens
-        .iter()
-        .map(|&(_, s_k)| {
-            let a = rng.gen_range(0..s_k.max(1)) as i64;
-            vec![(a, a + rng.gen_range(1..40)), (5, 5)]
-        })
-        .collect();
+    let ranges = prefix_ranges(rng, lens);
     let opts: Vec<RefOpts> = ranges
         .iter()
         .map(|r| RefOpts { mm_prefix: if with_prefix { r.clone() } else { vec![] }, ..f.ref_opts(max.1) })

@@ -6,13 +6,12 @@
 use candle::{DType, Device, Tensor};
 use flash_attn_rocm as fa;
 use fa::plan::dispatch::KernelChoice;
-use rand::Rng;
 
 use crate::check::{check_gpu_vs_cpu, check_refused, gpu_and_rng, out_only};
 use crate::common::batch::{batch_expected, batch_inputs, BatchCase};
 use crate::common::calls::{self, Features, CAUSAL};
 use crate::common::expected::{expected, LseLayout};
-use crate::common::ragged::{paginate, ragged};
+use crate::common::ragged::{paginate, prefix_ranges, ragged};
 use crate::common::{randn, RefOpts};
 use crate::varlen::paged_args;
 
@@ -53,13 +52,7 @@ fn calls_ck_cannot_serve_are_errors_or_triton() {
     for (page, with_prefix, needle) in [(128, true, "mm_prefix_ranges"), (64, false, "multiple of 128")] {
         let x = ragged(&mut rng, &lens, heads, DType::F16);
         let p = paginate(&mut rng, &x, page, 1);
-        let ranges: Vec<Vec<(i64, i64)>> = lens
-            .iter()
-            .map(|&(_, s_k)| {
-                let a = rng.gen_range(0..s_k.max(1)) as i64;
-                vec![(a, a + rng.gen_range(1..30)), (4, 4)]
-            })
-            .collect();
+        let ranges = prefix_ranges(&mut rng, &lens);
         let flat: Vec<i32> = ranges.iter().flatten().flat_map(|&(a, b)| [a as i32, b as i32]).collect();
         let ranges_t = Tensor::from_vec(flat, (lens.len(), 2, 2), &Device::Cpu).unwrap();
         let (sq, sk) = x.seqlens();

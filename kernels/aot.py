@@ -225,7 +225,7 @@ TILES = {
     ("cdna", "prefill_paged"): {32: (128, 64, 4, 1, 2), 64: (128, 64, 4, 1, 2), 128: (128, 32, 4, 1, 2), 256: (128, 32, 4, 1, 2), 512: (64, 16, 4, 1, 0)},
     ("cdna", "prefill_x"): {32: (128, 64, 4, 1, 2), 64: (128, 64, 4, 1, 2), 128: (128, 32, 4, 1, 2), 256: (128, 64, 8, 1, 2), 512: (64, 16, 4, 1, 0)},
     ("cdna", "decode"): {32: (16, 64, 1, 1, 0), 64: (16, 64, 1, 1, 0), 128: (16, 64, 1, 1, 0), 256: (16, 32, 1, 1, 0), 512: (16, 16, 1, 1, 1)},
-    ("rdna3", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 7), 128: (128, 64, 8, 1, 6), 256: (128, 32, 8, 1, 6), 512: (16, 16, 2, 1, 1)},
+    ("rdna3", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 8), 128: (128, 32, 8, 1, 6), 256: (128, 32, 8, 1, 6), 512: (16, 16, 2, 1, 1)},
     ("rdna3", "prefill_paged"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (128, 32, 8, 1, 6), 512: (16, 16, 2, 1, 1)},
     ("rdna3", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (64, 16, 4, 1, 6), 256: (64, 16, 4, 1, 6), 512: (16, 16, 2, 1, 1)},
     ("rdna3", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 16, 1, 1, 5), 256: (16, 16, 1, 1, 6), 512: (16, 16, 2, 1, 1)},
@@ -645,6 +645,46 @@ def check_tma_descriptors(what, meta, rows, dtype):
         raise RuntimeError(f"aot.py: {what}: TMA descriptors {meta}, src/triton/tma.rs encodes {want}")
 
 
+# Triton's in-thread transpose (triton 3.6: TritonAMDGPUInThreadTranspose, on by default for
+# gfx942 only; knobs.amd.use_in_thread_transpose, TRITON_HIP_USE_IN_THREAD_TRANSPOSE). V arrives
+# from global memory with the head dim contiguous, but the PV product's WMMA B operand wants the
+# keys (its K dimension) contiguous: without the pass Triton gives V the shared layout
+# `swizzled_shared vec = 1` and each lane gathers its operand from LDS 16 bits at a time
+# (ds_load_u16 / ds_load_u16_d16_hi). With it, each thread loads several key rows, transposes
+# them in registers (v_perm_b32) and stores them keys-contiguous (ds_store_b64), so the operand
+# is read with ds_load_b128, as CK's gfx12 kernel does. The pass applies only where a thread's
+# load layout repeats along the keys (BLOCK_N >= 2 x the key rows one pass of the work-group's
+# threads covers), so 32-key tiles at d = 64 keep the 16-bit reads.
+ITT_FAMILIES = {"rdna3", "rdna4"}
+
+
+# Variants that keep the 16-bit reads, (family, kernel class, head-dim tile (block_d), paged,
+# extras): where the transpose adds scratch reloads to a key loop or instructions to the hot one
+# (triton 3.6, gfx1201 for rdna4, gfx1100 for rdna3, instructions per 4096 useful MACs new / old).
+# - rdna4 paged decode, every tile: 1.01-1.20x (the per-key gather feeds the transposed loads);
+# - rdna4 flat decode d = 128 (16x32, one wave): 8-12 scratch loads per key tile, against none;
+# - rdna3 paged decode d = 128 (16x16): 0.99-1.05x; at d = 64 0.87-0.97x, so that one keeps it;
+# - paged extras d = 128 (128x32): gfx1201 reloads 1-2 times per key tile, gfx1100 0.99-1.00x.
+ITT_SKIP = {
+    *{("rdna4", "decode", d, True, x) for d in BLOCK_DIMS if d <= 128 for x in (False, True)},
+    ("rdna4", "decode", 128, False, False),
+    ("rdna3", "decode", 128, True, False),
+    ("rdna4", "prefill", 128, True, True),
+    ("rdna3", "prefill", 128, True, True),
+}
+
+
+def in_thread_transpose(target, fields):
+    """Whether the attn_fwd variant `fields` of `target` is compiled with Triton's in-thread
+    transpose of the V tile (ITT_FAMILIES, less ITT_SKIP)."""
+    family = tile_family(target)
+    # Head-dim tiles above 128 (their V tiles, registers and key-loop scratch) not measured yet.
+    if family not in ITT_FAMILIES or tile_dim(fields["block_d"]) > 128:
+        return False
+    key = (family, fields["tile"], fields["block_d"], fields["paged"], fields["extras"])
+    return key not in ITT_SKIP
+
+
 def fwd_constexprs(target, fields):
     """attn_fwd's compile-time arguments for the variant `fields` of `target`."""
     bm, bn = kernel_tile(target, fields)[:2]
@@ -689,6 +729,10 @@ def compile_one(job):
     if occupancy:
         # The tile's occupancy hint: waves per EU on AMD, registers per thread (maxnreg) on NVIDIA.
         options["maxnreg" if kind == "cuda" else "waves_per_eu"] = occupancy
+    # A knob, not an option: set per job (a pool worker compiles for several targets). Setting it
+    # sets its environment variable, which is part of triton's cache key; None restores triton's
+    # per-arch default (on for gfx942).
+    triton.knobs.amd.use_in_thread_transpose = True if family == "fwd" and in_thread_transpose(target, fields) else None
     kernel = triton.compile(src, target=target_obj, options=options)
     seconds = time.time() - started
     md = kernel.metadata

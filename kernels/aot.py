@@ -90,7 +90,9 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   on each pair (48 s_wait_dscnt per 16 WMMAs against AMD's kernel's 25, which uses 112 VGPRs at
 #   waves_per_eu 6). gfx12 d = 128: 128x64 at 14.3 / 17.1 against AMD's 14.7 / 16.7 (128x32:
 #   14.3 / 16.1; waves_per_eu 7 on 128x32: 16.0 / 18.8), 6 waves both; its paged variants issue
-#   fewer too (f16 20.1 against 128x32's 20.8, bf16 22.5 against 22.9).
+#   fewer too (f16 20.1 against 128x32's 20.8, bf16 22.5 against 22.9). These figures predate
+#   the in-thread transpose of V (in_thread_transpose below), which takes the same tiles to
+#   d = 64 11.7 / 15.7 and d = 128 9.2 / 11.9 (6 waves; docs/kernel-report.md).
 # - The softmax (attention.py's _attend) takes the row maximum on the unscaled scores and folds
 #   the scale into the exponent's FMA, as AMD's kernel does: gfx1100 d = 64 f16 hot loop 398 to
 #   394 instructions per 16 WMMAs (24.9 to 24.6 per 4096 MACs, bf16 29.4 to 29.1; d = 128 22.4 /
@@ -101,7 +103,11 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   128x64 reaches 21.3 (f16) and spills (bf16 32.3), 128x32 24.1. So gfx1100 d = 64 keeps
 #   128x32, at waves_per_eu 7: its 198 VGPRs (gfx1151: 197) fit 7 waves' 216 with the same code
 #   as at 6 (24.6 / 29.1, no spills), one wave more than AMD's kernel; the paged variants (211-213
-#   VGPRs) keep 6 (prefill_paged).
+#   VGPRs) keep 6 (prefill_paged). With the in-thread transpose of V (in_thread_transpose below;
+#   it needs 64 keys at d = 64 on 8 waves) the rdna3 flat prefill tiles moved: d = 64 to 128x64 at
+#   waves_per_eu 8 (gfx1100 16.0 / 21.6, 188 VGPRs, 8 waves; at 7: 16.0 / 21.3), d = 128 to
+#   128x32 (12.5 / 15.7, 6 waves; 128x64 with the transpose spills 31 VGPRs and reloads in the
+#   key loop, 11.0 for f16).
 # - rdna3_small (gfx1103 figures, f16; bf16 checked without key-loop scratch): waves_per_eu is
 #   the register budget, and 4 gives these parts 256 VGPRs, what 6 gives gfx1100 (240): at
 #   d >= 128 every class keeps gfx1100's tile at 4 waves. No tile keeps the d = 128 key loop out
@@ -664,13 +670,17 @@ ITT_FAMILIES = {"rdna3", "rdna4"}
 # - rdna4 paged decode, every tile: 1.01-1.20x (the per-key gather feeds the transposed loads);
 # - rdna4 flat decode d = 128 (16x32, one wave): 8-12 scratch loads per key tile, against none;
 # - rdna3 paged decode d = 128 (16x16): 0.99-1.05x; at d = 64 0.87-0.97x, so that one keeps it;
-# - paged extras d = 128 (128x32): gfx1201 reloads 1-2 times per key tile, gfx1100 0.99-1.00x.
+# - paged extras d = 128 (128x32): gfx1201 reloads 1-2 times per key tile, gfx1100 0.99-1.00x;
+# - rdna3 flat decode d = 128 with 64-bit addressing (a sixth field, ptr32 False; 16x16 at 255
+#   VGPRs): the transpose spills 6-8 VGPRs and the f16 variant reloads twice in its masked key
+#   loops; their `_b32` twins (0.72-0.77x) keep it without spills.
 ITT_SKIP = {
     *{("rdna4", "decode", d, True, x) for d in BLOCK_DIMS if d <= 128 for x in (False, True)},
     ("rdna4", "decode", 128, False, False),
     ("rdna3", "decode", 128, True, False),
     ("rdna4", "prefill", 128, True, True),
     ("rdna3", "prefill", 128, True, True),
+    ("rdna3", "decode", 128, False, False, False),
 }
 
 
@@ -682,7 +692,7 @@ def in_thread_transpose(target, fields):
     if family not in ITT_FAMILIES or tile_dim(fields["block_d"]) > 128:
         return False
     key = (family, fields["tile"], fields["block_d"], fields["paged"], fields["extras"])
-    return key not in ITT_SKIP
+    return key not in ITT_SKIP and key + (fields.get("ptr32", False),) not in ITT_SKIP
 
 
 def fwd_constexprs(target, fields):

@@ -669,7 +669,8 @@ ITT_FAMILIES = {"rdna3", "rdna4"}
 # (triton 3.6, gfx1201 for rdna4, gfx1100 for rdna3, instructions per 4096 useful MACs new / old).
 # - rdna4 paged decode, every tile: 1.01-1.20x (the per-key gather feeds the transposed loads);
 # - rdna4 flat decode d = 128 (16x32, one wave): 8-12 scratch loads per key tile, against none;
-# - rdna3 paged decode d = 128 (16x16): 0.99-1.05x; at d = 64 0.87-0.97x, so that one keeps it;
+# - rdna3 paged decode on the 128 tile (16x16; d = 80, 96, 128): 0.99-1.05x; at d = 48 and 64
+#   (16x32) 0.87-0.99x, so those keep it;
 # - paged extras d = 128 (128x32): gfx1201 reloads 1-2 times per key tile, gfx1100 0.99-1.00x;
 # - rdna3 flat decode d = 128 with 64-bit addressing (a sixth field, ptr32 False; 16x16 at 255
 #   VGPRs): the transpose spills 6-8 VGPRs and the f16 variant reloads twice in its masked key
@@ -677,7 +678,7 @@ ITT_FAMILIES = {"rdna3", "rdna4"}
 ITT_SKIP = {
     *{("rdna4", "decode", d, True, x) for d in BLOCK_DIMS if d <= 128 for x in (False, True)},
     ("rdna4", "decode", 128, False, False),
-    ("rdna3", "decode", 128, True, False),
+    *{("rdna3", "decode", d, True, False) for d in (80, 96, 128)},
     ("rdna4", "prefill", 128, True, True),
     ("rdna3", "prefill", 128, True, True),
     ("rdna3", "decode", 128, False, False, False),

@@ -92,7 +92,12 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   14.3 / 16.1; waves_per_eu 7 on 128x32: 16.0 / 18.8), 6 waves both; its paged variants issue
 #   fewer too (f16 20.1 against 128x32's 20.8, bf16 22.5 against 22.9). These figures predate
 #   the in-thread transpose of V (in_thread_transpose below), which takes the same tiles to
-#   d = 64 11.7 / 15.7 and d = 128 9.2 / 11.9 (6 waves; docs/kernel-report.md).
+#   d = 64 11.7 / 15.7 and d = 128 9.2 / 11.9 (6 waves; docs/kernel-report.md). With it the flat
+#   prefill at d = 64 and 128 (and 48, on the 64 tile) fits waves_per_eu 7 (209-214 VGPRs of
+#   the 216 of 7 waves) with the same instructions (0.98-1.01x; d = 64 11.6 / 15.7, d = 128
+#   9.3 / 11.8, 7 waves); the paged variants keep 6 (prefill_paged: at 7 d = 128 spills 14-15
+#   VGPRs and issues 1.005-1.02x, d = 48/64 1.005-1.035x) and so do d = 80 and 96 (SPLIT_TILES:
+#   at 7 d = 80 issues up to 1.18x with 9-11 spills, d = 96 reloads 1-4 times in the key loop).
 # - The softmax (attention.py's _attend) takes the row maximum on the unscaled scores and folds
 #   the scale into the exponent's FMA, as AMD's kernel does: gfx1100 d = 64 f16 hot loop 398 to
 #   394 instructions per 16 WMMAs (24.9 to 24.6 per 4096 MACs, bf16 29.4 to 29.1; d = 128 22.4 /
@@ -241,7 +246,8 @@ TILES = {
     ("rdna3_small", "prefill_x"): {32: (128, 32, 8, 1, 5), 64: (128, 32, 8, 1, 4), 128: (64, 16, 4, 1, 4), 256: (64, 16, 4, 1, 4), 512: (16, 16, 8, 1, 1)},
     ("rdna3_small", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 4), 128: (16, 16, 1, 1, 4), 256: (16, 16, 1, 1, 4), 512: (16, 16, 8, 1, 1)},
     ("rdna3_small", "decode_paged"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 4), 128: (32, 16, 2, 1, 4), 256: (16, 16, 1, 1, 4), 512: (16, 16, 8, 1, 1)},
-    ("rdna4", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 6), 128: (128, 64, 8, 1, 6), 256: (128, 16, 8, 1, 6), 512: (64, 16, 16, 1, 1)},
+    ("rdna4", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 7), 128: (128, 64, 8, 1, 7), 256: (128, 16, 8, 1, 6), 512: (64, 16, 16, 1, 1)},
+    ("rdna4", "prefill_paged"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 6), 128: (128, 64, 8, 1, 6), 256: (128, 16, 8, 1, 6), 512: (64, 16, 16, 1, 1)},
     ("rdna4", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (64, 16, 4, 1, 6), 512: (64, 16, 16, 1, 1)},
     ("rdna4", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 32, 1, 1, 6), 256: (16, 16, 1, 1, 6), 512: (16, 16, 8, 1, 1)},
     ("rdna2", "prefill"): {32: (64, 16, 8, 2, 6), 64: (64, 16, 8, 2, 6), 128: (16, 16, 8, 2, 6), 256: (16, 16, 8, 1, 6), 512: (16, 16, 8, 1, 1)},
@@ -276,6 +282,7 @@ TILES = {
 # matrix work, where 128's 4-warp tile does not.
 SPLIT_TILES = {
     ("rdna3", "prefill"): {80: (128, 32, 8, 1, 6), 96: (128, 32, 8, 1, 5)},
+    ("rdna4", "prefill"): {80: (128, 64, 8, 1, 6), 96: (128, 64, 8, 1, 6)},
     ("rdna3_small", "prefill"): {80: (128, 32, 8, 1, 4), 96: (128, 32, 8, 1, 4)},
     ("cdna", "prefill_x"): {160: (128, 32, 4, 1, 2)},
 }

@@ -90,7 +90,14 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   on each pair (48 s_wait_dscnt per 16 WMMAs against AMD's kernel's 25, which uses 112 VGPRs at
 #   waves_per_eu 6). gfx12 d = 128: 128x64 at 14.3 / 17.1 against AMD's 14.7 / 16.7 (128x32:
 #   14.3 / 16.1; waves_per_eu 7 on 128x32: 16.0 / 18.8), 6 waves both; its paged variants issue
-#   fewer too (f16 20.1 against 128x32's 20.8, bf16 22.5 against 22.9).
+#   fewer too (f16 20.1 against 128x32's 20.8, bf16 22.5 against 22.9). These figures predate
+#   the in-thread transpose of V (in_thread_transpose below), which takes the same tiles to
+#   d = 64 11.7 / 15.7 and d = 128 9.2 / 11.9 (6 waves; docs/kernel-report.md). With it the flat
+#   prefill at d = 64 and 128 (and 48, on the 64 tile) fits waves_per_eu 7 (209-214 VGPRs of
+#   the 216 of 7 waves) with the same instructions (0.98-1.01x; d = 64 11.6 / 15.7, d = 128
+#   9.3 / 11.8, 7 waves); the paged variants keep 6 (prefill_paged: at 7 d = 128 spills 14-15
+#   VGPRs and issues 1.005-1.02x, d = 48/64 1.005-1.035x) and so do d = 80 and 96 (SPLIT_TILES:
+#   at 7 d = 80 issues up to 1.18x with 9-11 spills, d = 96 reloads 1-4 times in the key loop).
 # - The softmax (attention.py's _attend) takes the row maximum on the unscaled scores and folds
 #   the scale into the exponent's FMA, as AMD's kernel does: gfx1100 d = 64 f16 hot loop 398 to
 #   394 instructions per 16 WMMAs (24.9 to 24.6 per 4096 MACs, bf16 29.4 to 29.1; d = 128 22.4 /
@@ -101,7 +108,11 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   128x64 reaches 21.3 (f16) and spills (bf16 32.3), 128x32 24.1. So gfx1100 d = 64 keeps
 #   128x32, at waves_per_eu 7: its 198 VGPRs (gfx1151: 197) fit 7 waves' 216 with the same code
 #   as at 6 (24.6 / 29.1, no spills), one wave more than AMD's kernel; the paged variants (211-213
-#   VGPRs) keep 6 (prefill_paged).
+#   VGPRs) keep 6 (prefill_paged). With the in-thread transpose of V (in_thread_transpose below;
+#   it needs 64 keys at d = 64 on 8 waves) the rdna3 flat prefill tiles moved: d = 64 to 128x64 at
+#   waves_per_eu 8 (gfx1100 16.0 / 21.6, 188 VGPRs, 8 waves; at 7: 16.0 / 21.3), d = 128 to
+#   128x32 (12.5 / 15.7, 6 waves; 128x64 with the transpose spills 31 VGPRs and reloads in the
+#   key loop, 11.0 for f16).
 # - rdna3_small (gfx1103 figures, f16; bf16 checked without key-loop scratch): waves_per_eu is
 #   the register budget, and 4 gives these parts 256 VGPRs, what 6 gives gfx1100 (240): at
 #   d >= 128 every class keeps gfx1100's tile at 4 waves. No tile keeps the d = 128 key loop out
@@ -225,7 +236,7 @@ TILES = {
     ("cdna", "prefill_paged"): {32: (128, 64, 4, 1, 2), 64: (128, 64, 4, 1, 2), 128: (128, 32, 4, 1, 2), 256: (128, 32, 4, 1, 2), 512: (64, 16, 4, 1, 0)},
     ("cdna", "prefill_x"): {32: (128, 64, 4, 1, 2), 64: (128, 64, 4, 1, 2), 128: (128, 32, 4, 1, 2), 256: (128, 64, 8, 1, 2), 512: (64, 16, 4, 1, 0)},
     ("cdna", "decode"): {32: (16, 64, 1, 1, 0), 64: (16, 64, 1, 1, 0), 128: (16, 64, 1, 1, 0), 256: (16, 32, 1, 1, 0), 512: (16, 16, 1, 1, 1)},
-    ("rdna3", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 7), 128: (128, 64, 8, 1, 6), 256: (128, 32, 8, 1, 6), 512: (16, 16, 2, 1, 1)},
+    ("rdna3", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 8), 128: (128, 32, 8, 1, 6), 256: (128, 32, 8, 1, 6), 512: (16, 16, 2, 1, 1)},
     ("rdna3", "prefill_paged"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (128, 32, 8, 1, 6), 512: (16, 16, 2, 1, 1)},
     ("rdna3", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (64, 16, 4, 1, 6), 256: (64, 16, 4, 1, 6), 512: (16, 16, 2, 1, 1)},
     ("rdna3", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 16, 1, 1, 5), 256: (16, 16, 1, 1, 6), 512: (16, 16, 2, 1, 1)},
@@ -235,7 +246,8 @@ TILES = {
     ("rdna3_small", "prefill_x"): {32: (128, 32, 8, 1, 5), 64: (128, 32, 8, 1, 4), 128: (64, 16, 4, 1, 4), 256: (64, 16, 4, 1, 4), 512: (16, 16, 8, 1, 1)},
     ("rdna3_small", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 4), 128: (16, 16, 1, 1, 4), 256: (16, 16, 1, 1, 4), 512: (16, 16, 8, 1, 1)},
     ("rdna3_small", "decode_paged"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 4), 128: (32, 16, 2, 1, 4), 256: (16, 16, 1, 1, 4), 512: (16, 16, 8, 1, 1)},
-    ("rdna4", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 6), 128: (128, 64, 8, 1, 6), 256: (128, 16, 8, 1, 6), 512: (64, 16, 16, 1, 1)},
+    ("rdna4", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 7), 128: (128, 64, 8, 1, 7), 256: (128, 16, 8, 1, 6), 512: (64, 16, 16, 1, 1)},
+    ("rdna4", "prefill_paged"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 6), 128: (128, 64, 8, 1, 6), 256: (128, 16, 8, 1, 6), 512: (64, 16, 16, 1, 1)},
     ("rdna4", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (64, 16, 4, 1, 6), 512: (64, 16, 16, 1, 1)},
     ("rdna4", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 32, 1, 1, 6), 256: (16, 16, 1, 1, 6), 512: (16, 16, 8, 1, 1)},
     ("rdna2", "prefill"): {32: (64, 16, 8, 2, 6), 64: (64, 16, 8, 2, 6), 128: (16, 16, 8, 2, 6), 256: (16, 16, 8, 1, 6), 512: (16, 16, 8, 1, 1)},
@@ -270,6 +282,7 @@ TILES = {
 # matrix work, where 128's 4-warp tile does not.
 SPLIT_TILES = {
     ("rdna3", "prefill"): {80: (128, 32, 8, 1, 6), 96: (128, 32, 8, 1, 5)},
+    ("rdna4", "prefill"): {80: (128, 64, 8, 1, 6), 96: (128, 64, 8, 1, 6)},
     ("rdna3_small", "prefill"): {80: (128, 32, 8, 1, 4), 96: (128, 32, 8, 1, 4)},
     ("cdna", "prefill_x"): {160: (128, 32, 4, 1, 2)},
 }
@@ -645,6 +658,51 @@ def check_tma_descriptors(what, meta, rows, dtype):
         raise RuntimeError(f"aot.py: {what}: TMA descriptors {meta}, src/triton/tma.rs encodes {want}")
 
 
+# Triton's in-thread transpose (triton 3.6: TritonAMDGPUInThreadTranspose, on by default for
+# gfx942 only; knobs.amd.use_in_thread_transpose, TRITON_HIP_USE_IN_THREAD_TRANSPOSE). V arrives
+# from global memory with the head dim contiguous, but the PV product's WMMA B operand wants the
+# keys (its K dimension) contiguous: without the pass Triton gives V the shared layout
+# `swizzled_shared vec = 1` and each lane gathers its operand from LDS 16 bits at a time
+# (ds_load_u16 / ds_load_u16_d16_hi). With it, each thread loads several key rows, transposes
+# them in registers (v_perm_b32) and stores them keys-contiguous (ds_store_b64), so the operand
+# is read with ds_load_b128, as CK's gfx12 kernel does. The pass applies only where a thread's
+# load layout repeats along the keys (BLOCK_N >= 2 x the key rows one pass of the work-group's
+# threads covers), so 32-key tiles at d = 64 keep the 16-bit reads.
+ITT_FAMILIES = {"rdna3", "rdna4"}
+
+
+# Variants that keep the 16-bit reads, (family, kernel class, head-dim tile (block_d), paged,
+# extras): where the transpose adds scratch reloads to a key loop or instructions to the hot one
+# (triton 3.6, gfx1201 for rdna4, gfx1100 for rdna3, instructions per 4096 useful MACs new / old).
+# - rdna4 paged decode, every tile: 1.01-1.20x (the per-key gather feeds the transposed loads);
+# - rdna4 flat decode d = 128 (16x32, one wave): 8-12 scratch loads per key tile, against none;
+# - rdna3 paged decode on the 128 tile (16x16; d = 80, 96, 128): 0.99-1.05x; at d = 48 and 64
+#   (16x32) 0.87-0.99x, so those keep it;
+# - paged extras d = 128 (128x32): gfx1201 reloads 1-2 times per key tile, gfx1100 0.99-1.00x;
+# - rdna3 flat decode d = 128 with 64-bit addressing (a sixth field, ptr32 False; 16x16 at 255
+#   VGPRs): the transpose spills 6-8 VGPRs and the f16 variant reloads twice in its masked key
+#   loops; their `_b32` twins (0.72-0.77x) keep it without spills.
+ITT_SKIP = {
+    *{("rdna4", "decode", d, True, x) for d in BLOCK_DIMS if d <= 128 for x in (False, True)},
+    ("rdna4", "decode", 128, False, False),
+    *{("rdna3", "decode", d, True, False) for d in (80, 96, 128)},
+    ("rdna4", "prefill", 128, True, True),
+    ("rdna3", "prefill", 128, True, True),
+    ("rdna3", "decode", 128, False, False, False),
+}
+
+
+def in_thread_transpose(target, fields):
+    """Whether the attn_fwd variant `fields` of `target` is compiled with Triton's in-thread
+    transpose of the V tile (ITT_FAMILIES, less ITT_SKIP)."""
+    family = tile_family(target)
+    # Head-dim tiles above 128 (their V tiles, registers and key-loop scratch) not measured yet.
+    if family not in ITT_FAMILIES or tile_dim(fields["block_d"]) > 128:
+        return False
+    key = (family, fields["tile"], fields["block_d"], fields["paged"], fields["extras"])
+    return key not in ITT_SKIP and key + (fields.get("ptr32", False),) not in ITT_SKIP
+
+
 def fwd_constexprs(target, fields):
     """attn_fwd's compile-time arguments for the variant `fields` of `target`."""
     bm, bn = kernel_tile(target, fields)[:2]
@@ -689,6 +747,10 @@ def compile_one(job):
     if occupancy:
         # The tile's occupancy hint: waves per EU on AMD, registers per thread (maxnreg) on NVIDIA.
         options["maxnreg" if kind == "cuda" else "waves_per_eu"] = occupancy
+    # A knob, not an option: set per job (a pool worker compiles for several targets). Setting it
+    # sets its environment variable, which is part of triton's cache key; None restores triton's
+    # per-arch default (on for gfx942).
+    triton.knobs.amd.use_in_thread_transpose = True if family == "fwd" and in_thread_transpose(target, fields) else None
     kernel = triton.compile(src, target=target_obj, options=options)
     seconds = time.time() - started
     md = kernel.metadata

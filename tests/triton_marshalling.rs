@@ -60,8 +60,8 @@ fn argument_structs_follow_the_kernel_signatures() {
     assert_eq!(MergeArgs::default().values().len(), MergeArgs::PARAMS.len());
     // Each descriptor goes as Triton lowers it: the map, then the view's two sizes and strides.
     let values = TmaFwdArgs::default().values();
-    assert_eq!(values.len(), TmaFwdArgs::PARAMS.len() + 3 * 4);
-    for desc in 0..3 {
+    assert_eq!(values.len(), TmaFwdArgs::PARAMS.len() + 6 * 4);
+    for desc in 0..6 {
         assert!(matches!(values[desc * 5], ArgValue::TensorMap(_)));
         assert!(matches!(values[desc * 5 + 1..desc * 5 + 5], [ArgValue::I32(_), ArgValue::I32(_), ArgValue::I64(_), ArgValue::I64(_)]));
     }

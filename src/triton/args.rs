@@ -176,6 +176,11 @@ kernel_args! {
         q: tdesc = "q_desc",
         k: tdesc = "k_desc",
         v: tdesc = "v_desc",
+        /// A split head dim's last columns (16 or 32) of q, k and v ([`super::tma::head_parts`]);
+        /// at a power of two, the first three again (unread).
+        q2: tdesc = "q2_desc",
+        k2: tdesc = "k2_desc",
+        v2: tdesc = "v2_desc",
         out: ptr = "Out",
         lse: ptr = "Lse",
         cu_seqlens_q: ptr = "CuSeqQ",

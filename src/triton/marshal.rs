@@ -272,9 +272,13 @@ pub fn kernel_args(
     let fwd_values = match image.family {
         Family::FwdTma => {
             let views = tma::views(call, &fwd, image);
-            let mut maps = [TensorMap::default(); 3];
-            for (map, view) in maps.iter_mut().zip(&views) {
-                *map = encode(view)?;
+            let mut maps = [TensorMap::default(); 6];
+            for i in 0..6 {
+                // A power of two's second views are its first ones: one encode each.
+                maps[i] = match i >= 3 && views[i] == views[i - 3] {
+                    true => maps[i - 3],
+                    false => encode(&views[i])?,
+                };
             }
             tma::tma_args(call, &fwd, &views, maps)?.values()
         }

@@ -384,13 +384,13 @@ fn has_tma(target: &str, d: usize, tile: Tile) -> bool {
         .any(|k| k.target == target && k.family == fa::triton::Family::FwdTma && k.tile == tile && k.block_d as usize == d)
 }
 
-/// Prompts the TMA kernel serves where built (sm_90, d = 64, 128 and 256; its short class at 128
+/// Prompts the TMA kernel serves where built (sm_90, d = 64, 128 and 256, and the split 80, 96 and
+/// 160; its short class at 128
 /// and 256, its warp-specialized class at all three, d = 256's 128-row tile; blocks whose second
 /// half is past the queries): GQA and MHA, causal with fewer keys than queries (rows that
 /// see no key), a right window, lengths off its tiles,
 /// k and v narrowed from caches whose unused rows hold NaN (rows its tiles read past a sequence);
-/// and prompts it leaves to the other kernels (left window, heads strided across rows, head
-/// dim 96). Batches are large enough for a grid that fills the device, which
+/// and prompts it leaves to the other kernels (left window, heads strided across rows). Batches are large enough for a grid that fills the device, which
 /// the TMA kernel needs. Each runs the kernel `explain` names and matches the CPU, output and LSE;
 /// varlen batches of mixed lengths, empty ones included, too.
 pub fn tma_prompts_match_cpu() {
@@ -433,7 +433,17 @@ pub fn tma_prompts_match_cpu() {
         (2, 150, 600, 2, 2, 256, NONE, false, true),
         (2, 150, 700, 2, 2, 256, CAUSAL, false, true),
         (2, 130, 130, 4, 2, 128, (Some(20), Some(0)), false, false),
-        (2, 130, 130, 4, 2, 96, CAUSAL, false, false),
+        // The split head dims (80 = 64 + 16, 96 = 64 + 32, 160 = 128 + 32: two descriptors per
+        // tensor), on the prefill class at every length: ragged key tiles, rows that see no key,
+        // a right window, many key tiles.
+        (2, 130, 130, 4, 2, 96, CAUSAL, false, true),
+        (2, 300, 517, 4, 2, 80, NONE, false, true),
+        (2, 300, 100, 4, 1, 80, CAUSAL, false, true),
+        (1, 200, 700, 4, 2, 96, (None, Some(5)), false, true),
+        (2, 150, 300, 4, 2, 160, NONE, false, true),
+        (1, 130, 2100, 4, 2, 160, CAUSAL, false, true),
+        (1, 300, 4200, 4, 2, 80, NONE, false, true),
+        (2, 100, 100, 4, 2, 80, NONE, true, false),
     ];
     for (n, (b, s_q, s_k, h, h_k, d, window, transposed, serves)) in cases.into_iter().enumerate() {
         let dtype = DTYPES[n % 2];

@@ -345,6 +345,10 @@ TMA_CLASSES = {"prefill": ("attention_tma", "attn_fwd_tma", ""),
                "prefill_short": ("attention_tma", "attn_fwd_tma", "short_"),
                "prefill_ws": ("attention_ws", "attn_fwd_tma_ws", "ws_"),
                "prefill_walk": ("attention_ws", "attn_fwd_tma_walk", "walk_")}
+# The prefill class's kernel at a split head dim (SPLIT_DIMS; attention_tma.py): three descriptors
+# more, for the head dim's tail, in a parameter list of its own, so that the power-of-two kernels
+# keep theirs.
+TMA_SPLIT_KERNEL = "attn_fwd_tma_split"
 # The classes whose programs split a block between consumer warpgroups of CONSUMER_ROWS rows.
 WS_CLASSES = {"prefill_ws", "prefill_walk"}
 # What src/triton/tma.rs encodes for every descriptor of attn_fwd_tma: CU_TENSOR_MAP_SWIZZLE_128B
@@ -633,19 +637,22 @@ def tma_source(target, fields, dtype):
     from triton.experimental.gluon._runtime import GluonASTSource
 
     module, kernel, _ = TMA_CLASSES[fields["tile"]]
-    fn = getattr(importlib.import_module(module), kernel)
     bd = fields["block_d"]
+    head_d, head_d2 = dim_parts(bd)
+    if head_d2:
+        kernel = TMA_SPLIT_KERNEL
+    fn = getattr(importlib.import_module(module), kernel)
     bm, bn, warps, stages = TMA_TILES[(tile_family(target), fields["tile"])][bd]
     element = {"fp16": gl.float16, "bf16": gl.bfloat16}[dtype]
     sig, attrs = signature(fn, TMA_POINTERS, ["sm_scale"], dtype)
-    head_d, head_d2 = dim_parts(bd)
     for arg, rows in (("q", tma_q_rows(fields["tile"], bm)), ("k", bn), ("v", bn)):
-        # A power of two's second descriptors are its first ones again (unread).
-        for name, cols in ((f"{arg}_desc", head_d), (f"{arg}2_desc", head_d2 or head_d)):
-            layout = gl.NVMMASharedLayout.get_default_for([rows, cols], element)
-            sig[name] = f"tensordesc<{dtype}[{rows}, {cols}],{layout!r}>"
+        # A split head dim's tail through descriptors of its own (q2_desc, ...).
+        for name, cols in ((f"{arg}_desc", head_d), (f"{arg}2_desc", head_d2)):
+            if cols:
+                layout = gl.NVMMASharedLayout.get_default_for([rows, cols], element)
+                sig[name] = f"tensordesc<{dtype}[{rows}, {cols}],{layout!r}>"
     constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "HEAD_D": head_d, "STAGES": stages}
-    if "HEAD_D2" in fn.arg_names:
+    if head_d2:
         constexprs["HEAD_D2"] = head_d2
     return fn, GluonASTSource(fn, sig, constexprs=constexprs, attrs=attrs), (bm, bn, warps, stages)
 
@@ -664,10 +671,11 @@ def check_tma_descriptors(what, meta, rows, dtype, block_d):
     """Refuses descriptors other than those src/triton/tma.rs encodes (`rows` per q, k and v
     descriptor pair, head dim `block_d`)."""
     head_d, head_d2 = dim_parts(block_d)
-    # q_desc, k_desc, v_desc, then q2_desc, k2_desc, v2_desc (the kernels' parameter order).
+    # q_desc, k_desc, v_desc, then a split head dim's q2_desc, k2_desc, v2_desc (the kernels'
+    # parameter order).
     want = [{"swizzle": swizzle, "elem_size": 2, "elem_type": TMA_ELEM_TYPES[dtype],
              "block_size": [r, box], "fp4_padded": False}
-            for box, swizzle in (tma_box_cols(head_d), tma_box_cols(head_d2 or head_d)) for r in rows]
+            for box, swizzle in [tma_box_cols(d) for d in (head_d, head_d2) if d] for r in rows]
     if list(meta or []) != want:
         raise RuntimeError(f"aot.py: {what}: TMA descriptors {meta}, src/triton/tma.rs encodes {want}")
 

@@ -550,7 +550,7 @@ def _fwd_split(q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc, Out, Lse, CuSe
 
 @gluon.jit
 def attn_fwd_tma(
-    q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc,
+    q_desc, k_desc, v_desc,
     Out, Lse, CuSeqQ, CuSeqK, Fault,
     sm_scale,
     stride_qh, stride_kh, stride_vh,
@@ -559,88 +559,100 @@ def attn_fwd_tma(
     is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap,
     num_heads, num_heads_k, window_right, batch,
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr,
-    HEAD_D2: gl.constexpr,
 ):
     """Grid: (query blocks of the longest sequence, batch x heads); `batch` (the sequences) is
     read by the warp-specialized kernel, which shares this parameter list. Out: contiguous `(rows,
     num_heads, HEAD_D)`; Lse: f32 at `b * stride_lb + head * stride_lh + position`. Key j is
     visible to query i of a sequence iff `j < k_len` and, with `window_right >= 0`, `j <= i +
-    k_len - q_len + window_right` (causal: 0).
+    k_len - q_len + window_right` (causal: 0)."""
+    num_warps: gl.constexpr = gl.num_warps()
+    dtype: gl.constexpr = q_desc.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, HEAD_D, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
 
-    A split head dim (HEAD_D2 > 0: 80 = 64 + 16, 96 = 64 + 32, 160 = 128 + 32) has its first HEAD_D
-    columns in q/k/v_desc's boxes and its last HEAD_D2 in q2/k2/v2_desc's ([`_fwd_split`]);
-    otherwise the second descriptors are the first ones again and go unread."""
-    if HEAD_D2 > 0:
-        _fwd_split(q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc, Out, Lse, CuSeqQ, CuSeqK, Fault, sm_scale,
-                   stride_qh, stride_kh, stride_vh, q_batch_rows, k_batch_rows, v_batch_rows, stride_lb, stride_lh,
-                   is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads, num_heads_k,
-                   window_right, BLOCK_M, BLOCK_N, HEAD_D, HEAD_D2, STAGES)
-    else:
-        num_warps: gl.constexpr = gl.num_warps()
-        dtype: gl.constexpr = q_desc.dtype
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                           instr_shape=[16, BLOCK_N, 16])
-        o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                           instr_shape=[16, HEAD_D, 16])
-        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    b, head, head_k, q_start, q_len, k_start, k_len, start_m = _block(
+        CuSeqQ, CuSeqK, Fault, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads,
+        num_heads_k, BLOCK_M)
+    if start_m >= q_len:
+        return
+    q_row0 = q_start + b * q_batch_rows + start_m
+    k_row0 = k_start + b * k_batch_rows
+    v_row0 = k_start + b * v_batch_rows
+    k_col = head_k * stride_kh
+    v_col = head_k * stride_vh
+    qk_scale = sm_scale * LOG2E
+    diag, hi, n_full = _keys(start_m, q_len, k_len, window_right, BLOCK_M, BLOCK_N)
+    # At least one tile, masked, when the block sees no key: its rows get output 0 and LSE -inf.
+    n_tiles = gl.maximum((hi + BLOCK_N - 1) // BLOCK_N, 1)
 
-        b, head, head_k, q_start, q_len, k_start, k_len, start_m = _block(
-            CuSeqQ, CuSeqK, Fault, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads,
-            num_heads_k, BLOCK_M)
-        if start_m >= q_len:
-            return
-        q_row0 = q_start + b * q_batch_rows + start_m
-        k_row0 = k_start + b * k_batch_rows
-        v_row0 = k_start + b * v_batch_rows
-        k_col = head_k * stride_kh
-        v_col = head_k * stride_vh
-        qk_scale = sm_scale * LOG2E
-        diag, hi, n_full = _keys(start_m, q_len, k_len, window_right, BLOCK_M, BLOCK_N)
-        # At least one tile, masked, when the block sees no key: its rows get output 0 and LSE -inf.
-        n_tiles = gl.maximum((hi + BLOCK_N - 1) // BLOCK_N, 1)
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], q_desc.layout)
+    k_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], k_desc.layout)
+    v_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_bars.index(i), count=1)
+        mbarrier.init(v_bars.index(i), count=1)
+    fence_async_shared()
 
-        q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], q_desc.layout)
-        k_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], k_desc.layout)
-        v_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], v_desc.layout)
-        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        mbarrier.init(q_bar, count=1)
-        for i in gl.static_range(STAGES):
-            mbarrier.init(k_bars.index(i), count=1)
-            mbarrier.init(v_bars.index(i), count=1)
-        fence_async_shared()
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row0, head * stride_qh], q_bar, q_smem)
+    for i in gl.static_range(STAGES):
+        _load_tile(k_desc, k_ring, k_bars, i, n_tiles, k_row0, k_col, BLOCK_N, STAGES)
+        _load_tile(v_desc, v_ring, v_bars, i, n_tiles, v_row0, v_col, BLOCK_N, STAGES)
 
-        mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [q_row0, head * stride_qh], q_bar, q_smem)
-        for i in gl.static_range(STAGES):
-            _load_tile(k_desc, k_ring, k_bars, i, n_tiles, k_row0, k_col, BLOCK_N, STAGES)
-            _load_tile(v_desc, v_ring, v_bars, i, n_tiles, v_row0, v_col, BLOCK_N, STAGES)
+    mbarrier.wait(q_bar, 0)
+    p, m_i, l_i, alpha = _first_tile(q_smem, k_ring, k_bars, 0, qk_scale, start_m, k_len, diag, n_full, s_layout,
+                                     p_layout)
+    acc = gl.zeros([BLOCK_M, HEAD_D], gl.float32, o_layout)
+    gl.thread_barrier()
+    _load_tile(k_desc, k_ring, k_bars, STAGES, n_tiles, k_row0, k_col, BLOCK_N, STAGES)
 
-        mbarrier.wait(q_bar, 0)
-        p, m_i, l_i, alpha = _first_tile(q_smem, k_ring, k_bars, 0, qk_scale, start_m, k_len, diag, n_full, s_layout,
-                                         p_layout)
-        acc = gl.zeros([BLOCK_M, HEAD_D], gl.float32, o_layout)
-        gl.thread_barrier()
-        _load_tile(k_desc, k_ring, k_bars, STAGES, n_tiles, k_row0, k_col, BLOCK_N, STAGES)
+    refill = SelfRefill(k_desc, v_desc, k_ring, v_ring, k_bars, v_bars, k_row0, v_row0, k_col, v_col, n_tiles)
+    acc, p, alpha, m_i, l_i = _key_loop(0, q_smem, k_ring, v_ring, k_bars, v_bars, refill, acc, p, alpha, m_i,
+                                        l_i, qk_scale, start_m, k_len, diag, n_full, n_tiles, s_layout, o_layout,
+                                        p_layout)
 
-        refill = SelfRefill(k_desc, v_desc, k_ring, v_ring, k_bars, v_bars, k_row0, v_row0, k_col, v_col, n_tiles)
-        acc, p, alpha, m_i, l_i = _key_loop(0, q_smem, k_ring, v_ring, k_bars, v_bars, refill, acc, p, alpha, m_i,
-                                            l_i, qk_scale, start_m, k_len, diag, n_full, n_tiles, s_layout, o_layout,
-                                            p_layout)
+    # The last tile's P V. Its rows past the sequence hold whatever follows it: zero them.
+    last = n_tiles - 1
+    v_last = v_ring.index(last % STAGES)
+    mbarrier.wait(v_bars.index(last % STAGES), (last // STAGES) & 1)
+    if n_tiles * BLOCK_N > k_len:
+        _zero_tail(v_last, last, k_len)
+    acc = _last_pv(v_last, acc, p, alpha, o_layout)
 
-        # The last tile's P V. Its rows past the sequence hold whatever follows it: zero them.
-        last = n_tiles - 1
-        v_last = v_ring.index(last % STAGES)
-        mbarrier.wait(v_bars.index(last % STAGES), (last // STAGES) & 1)
-        if n_tiles * BLOCK_N > k_len:
-            _zero_tail(v_last, last, k_len)
-        acc = _last_pv(v_last, acc, p, alpha, o_layout)
+    mbarrier.invalidate(q_bar)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(k_bars.index(i))
+        mbarrier.invalidate(v_bars.index(i))
+    # Through Q's buffer: the last wgmma that read it has retired.
+    _store_block(acc, m_i, l_i, qk_scale, q_smem, Out, Lse, b, head, q_start, q_len, start_m, is_varlen, seqlen_q,
+                 stride_lb, stride_lh, num_heads, s_layout, o_layout)
 
-        mbarrier.invalidate(q_bar)
-        for i in gl.static_range(STAGES):
-            mbarrier.invalidate(k_bars.index(i))
-            mbarrier.invalidate(v_bars.index(i))
-        # Through Q's buffer: the last wgmma that read it has retired.
-        _store_block(acc, m_i, l_i, qk_scale, q_smem, Out, Lse, b, head, q_start, q_len, start_m, is_varlen, seqlen_q,
-                     stride_lb, stride_lh, num_heads, s_layout, o_layout)
+
+@gluon.jit
+def attn_fwd_tma_split(
+    q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc,
+    Out, Lse, CuSeqQ, CuSeqK, Fault,
+    sm_scale,
+    stride_qh, stride_kh, stride_vh,
+    q_batch_rows, k_batch_rows, v_batch_rows,
+    stride_lb, stride_lh,
+    is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap,
+    num_heads, num_heads_k, window_right, batch,
+    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, HEAD_D2: gl.constexpr,
+    STAGES: gl.constexpr,
+):
+    """`attn_fwd_tma` at a split head dim HEAD_D + HEAD_D2 (80 = 64 + 16, 96 = 64 + 32, 160 = 128 +
+    32): the first HEAD_D columns of q, k and v through q/k/v_desc, the last HEAD_D2 through
+    q2/k2/v2_desc ([`_fwd_split`]); `batch` is unread, as there. Its own kernel, so that the
+    power-of-two kernels keep their parameter list (three descriptors)."""
+    _fwd_split(q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc, Out, Lse, CuSeqQ, CuSeqK, Fault, sm_scale,
+               stride_qh, stride_kh, stride_vh, q_batch_rows, k_batch_rows, v_batch_rows, stride_lb, stride_lh,
+               is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads, num_heads_k,
+               window_right, BLOCK_M, BLOCK_N, HEAD_D, HEAD_D2, STAGES)

@@ -342,7 +342,7 @@ def _block_tiles(q_len, k_len, start_m, window_right, BLOCK_M: gl.constexpr, BLO
 
 @gluon.jit
 def attn_fwd_tma_ws(
-    q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc,
+    q_desc, k_desc, v_desc,
     Out, Lse, CuSeqQ, CuSeqK, Fault,
     sm_scale,
     stride_qh, stride_kh, stride_vh,
@@ -519,7 +519,7 @@ def _walk_second(sh, q_empty, blocks, Out, Lse, sm_scale, stride_lb, stride_lh):
 
 @gluon.jit
 def attn_fwd_tma_walk(
-    q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc,
+    q_desc, k_desc, v_desc,
     Out, Lse, CuSeqQ, CuSeqK, Fault,
     sm_scale,
     stride_qh, stride_kh, stride_vh,

@@ -253,8 +253,34 @@ fn tma_views_address_every_element_as_the_layouts_do() {
         let ws_views = tma::views(&call, &fwd, ws);
         assert_eq!([ws_views[0].box_rows, ws_views[1].box_rows, ws_views[2].box_rows], [64, 128, 128]);
         assert_eq!(ws_views.map(|v| (v.base, v.rows, v.cols)), views.map(|v| (v.base, v.rows, v.cols)));
+        // A power of two has no tail views (its second three are its first three, unused).
+        assert_eq!(views[..3], views[3..]);
         assert_eq!((args.window_right, args.is_varlen, args.seqlen_q, args.seqlen_k), (0, 0, s_q as i32, s_k as i32));
         assert_eq!((args.out, args.lse, args.fault, args.num_heads, args.num_heads_k), (fwd.out, fwd.lse, fwd.fault, h as i32, h_k as i32));
+    }
+    // A split head dim (80 = 64 + 16, 160 = 128 + 32): the same views twice, the tail's in boxes
+    // of its 16 or 32 columns (its 32 or 64 bytes the swizzle span); the kernel reads the tail at
+    // column `head * head_stride + 64` (or 128) of them.
+    for (d, rest) in [(80, 16), (160, 32)] {
+        let image = sm90_images().iter().find(|i| i.family == Family::FwdTma && i.tile == Tile::Prefill && i.block_d == d).unwrap();
+        assert_eq!(tma::head_parts(d), (d - rest, rest));
+        let (b, s, h) = (2, 300, 4);
+        let q = zeros(&[b, s, h, d as usize]);
+        let call = AttnCall::new(&request((None, None), None), [DType::F16; 3], q.layout(), q.layout(), q.layout()).unwrap();
+        let kernels = Kernels { fwd: image, fwd_b32: None, merge: image, batched: None, tma: Some(image) };
+        let plan = Plan::new(&call, kernels, H100_SMS).unwrap();
+        let fwd = fwd_args(&call, &BUFFERS, &plan).unwrap();
+        let views = tma::views(&call, &fwd, image);
+        for part in 0..3 {
+            assert_eq!((views[part].box_cols, views[part].swizzle_bytes()), (64, 128));
+            assert_eq!((views[part + 3].box_cols, views[part + 3].swizzle_bytes()), (rest, 2 * rest));
+            assert_eq!(views[part + 3], flash_attn_rocm::device::TiledView { box_cols: rest, ..views[part] });
+        }
+        let args = tma::tma_args(&call, &fwd, &views, Default::default()).unwrap();
+        check_view(&views[3], &args.q2, BUFFERS.q, &q, args.q_batch_rows, args.stride_qh, None);
+        // The split kernel takes all six descriptors, a power of two's the first three.
+        let n = flash_attn_rocm::triton::TmaFwdArgs::PARAMS.len();
+        assert_eq!((args.values_for(true).len(), args.values_for(false).len()), (n + 6 * 4, n - 3 + 3 * 4));
     }
     // Varlen: packed rows, sequences found through the cumulative seqlens.
     let (tq, tk) = (500, 700);

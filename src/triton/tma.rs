@@ -178,7 +178,8 @@ pub fn serves(call: &AttnCall) -> bool {
 /// checked arguments `fwd` of the same call ([`super::fwd_args`]) and the TMA image `image`: a
 /// row per token, a head every `stride_*h` columns; in batch mode sequence b starts at row `b *
 /// batch stride / row stride`. Then the views of q2, k2 and v2: the same, in boxes of a split
-/// head dim's last columns ([`head_parts`]), or at a power of two the first three again.
+/// head dim's last columns ([`head_parts`]), or at a power of two the first three again (its
+/// kernel takes none: [`TmaFwdArgs::values_for`]).
 pub fn views(call: &AttnCall, fwd: &FwdArgs, image: &KernelImage) -> [TiledView; 6] {
     let element = match image.dtype {
         KernelDtype::F16 => MapElement::F16,

@@ -301,6 +301,13 @@ SPLIT_TILES = {
 # (4 x 4096: 407 against 464; non-causal 64 x 256 333 against 336): tma.rs takes it up to 1024
 # causal keys at d = 256. Three stages were slower on an H200 at every measured shape but two
 # (d = 128 64 x 256 non-causal +2%, 8 x 2048 causal +1.5%).
+# The split head dims (SPLIT_DIMS 80, 96, 160: two descriptors per tensor, two wgmmas per product,
+# attention_tma.py's _fwd_split) take d = 128's tile: on an H100 (JIT, f16, against cuDNN, best
+# of 3 alternating turns, 4 x 4096 non-causal / causal, 16 x 1024 non-causal / causal) 64x64 x 2
+# stages at d = 80 1.04 / 1.08, 1.01 / 1.10, d = 96 0.96 / 0.96, 0.89 / 0.98, d = 160 0.91 / 0.89,
+# 0.92 / 0.97; 128x64 x 8 warps d = 80 0.92 / 0.95, 0.94 / 0.97, d = 96 0.92 / 0.94, 0.87 / 0.90,
+# d = 160 0.69 / 0.72, 0.73 / 0.79; 64x128 below 64x64 but at d = 96 4 x 4096 causal (0.97); 3
+# stages slower (one run: d = 160 0.61-0.67 against 0.87-0.98).
 #
 # The warp-specialized class (attention_ws.attn_fwd_tma_ws, "prefill_ws"): 128 query rows per
 # program (192 at d = 64, below), each 64 one consumer warpgroup's (num_warps is a consumer's), a
@@ -326,7 +333,8 @@ SPLIT_TILES = {
 # 398; 3 stages 1-3% slower than 4, 192x64 x 6 below the two-consumer tile. (Causal 4 x 4096,
 # which the prefill class takes, 344 / 351 against 356 / 364.)
 TMA_TILES = {
-    ("sm90", "prefill"): {64: (64, 64, 4, 2), 128: (64, 64, 4, 2), 256: (128, 64, 8, 2)},
+    ("sm90", "prefill"): {64: (64, 64, 4, 2), 80: (64, 64, 4, 2), 96: (64, 64, 4, 2), 128: (64, 64, 4, 2),
+                          160: (64, 64, 4, 2), 256: (128, 64, 8, 2)},
     ("sm90", "prefill_short"): {128: (64, 32, 4, 2), 256: (64, 32, 4, 2)},
     ("sm90", "prefill_ws"): {64: (192, 128, 4, 4), 128: (128, 128, 4, 2), 256: (128, 64, 4, 2)},
     ("sm90", "prefill_walk"): {128: (128, 64, 4, 4)},
@@ -350,6 +358,10 @@ TMA_CLASSES = {"prefill": ("attention_tma", "attn_fwd_tma", ""),
                "prefill_short": ("attention_tma", "attn_fwd_tma", "short_"),
                "prefill_ws": ("attention_ws", "attn_fwd_tma_ws", "ws_"),
                "prefill_walk": ("attention_ws", "attn_fwd_tma_walk", "walk_")}
+# The prefill class's kernel at a split head dim (SPLIT_DIMS; attention_tma.py): three descriptors
+# more, for the head dim's tail, in a parameter list of its own, so that the power-of-two kernels
+# keep theirs.
+TMA_SPLIT_KERNEL = "attn_fwd_tma_split"
 # The classes whose programs split a block between consumer warpgroups of CONSUMER_ROWS rows.
 WS_CLASSES = {"prefill_ws", "prefill_walk"}
 # What src/triton/tma.rs encodes for every descriptor of attn_fwd_tma: CU_TENSOR_MAP_SWIZZLE_128B
@@ -638,22 +650,45 @@ def tma_source(target, fields, dtype):
     from triton.experimental.gluon._runtime import GluonASTSource
 
     module, kernel, _ = TMA_CLASSES[fields["tile"]]
-    fn = getattr(importlib.import_module(module), kernel)
     bd = fields["block_d"]
+    head_d, head_d2 = dim_parts(bd)
+    if head_d2:
+        kernel = TMA_SPLIT_KERNEL
+    fn = getattr(importlib.import_module(module), kernel)
     bm, bn, warps, stages = TMA_TILES[(tile_family(target), fields["tile"])][bd]
     element = {"fp16": gl.float16, "bf16": gl.bfloat16}[dtype]
     sig, attrs = signature(fn, TMA_POINTERS, ["sm_scale"], dtype)
-    for arg, rows in (("q_desc", tma_q_rows(fields["tile"], bm)), ("k_desc", bn), ("v_desc", bn)):
-        layout = gl.NVMMASharedLayout.get_default_for([rows, bd], element)
-        sig[arg] = f"tensordesc<{dtype}[{rows}, {bd}],{layout!r}>"
-    constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "HEAD_D": bd, "STAGES": stages}
+    for arg, rows in (("q", tma_q_rows(fields["tile"], bm)), ("k", bn), ("v", bn)):
+        # A split head dim's tail through descriptors of its own (q2_desc, ...).
+        for name, cols in ((f"{arg}_desc", head_d), (f"{arg}2_desc", head_d2)):
+            if cols:
+                layout = gl.NVMMASharedLayout.get_default_for([rows, cols], element)
+                sig[name] = f"tensordesc<{dtype}[{rows}, {cols}],{layout!r}>"
+    constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "HEAD_D": head_d, "STAGES": stages}
+    if head_d2:
+        constexprs["HEAD_D2"] = head_d2
     return fn, GluonASTSource(fn, sig, constexprs=constexprs, attrs=attrs), (bm, bn, warps, stages)
 
 
-def check_tma_descriptors(what, meta, rows, dtype):
-    """Refuses descriptors other than those src/triton/tma.rs encodes (`rows` per descriptor)."""
-    want = [{"swizzle": TMA_SWIZZLE_128B, "elem_size": 2, "elem_type": TMA_ELEM_TYPES[dtype],
-             "block_size": [r, TMA_BOX_COLS], "fp4_padded": False} for r in rows]
+def tma_box_cols(cols):
+    """(box columns, swizzle) of a descriptor of `cols` head-dim columns, what src/triton/tma.rs
+    encodes: boxes of TMA_BOX_COLS with the 128-byte swizzle, or a split head dim's tail (16 or 32
+    columns) in one box of its width, swizzled over its 32 or 64 bytes (CU_TENSOR_MAP_SWIZZLE_32B
+    and _64B, 1 and 2; Triton's NVMMA layout for such a block)."""
+    if cols >= TMA_BOX_COLS:
+        return TMA_BOX_COLS, TMA_SWIZZLE_128B
+    return cols, {16: 1, 32: 2}[cols]
+
+
+def check_tma_descriptors(what, meta, rows, dtype, block_d):
+    """Refuses descriptors other than those src/triton/tma.rs encodes (`rows` per q, k and v
+    descriptor pair, head dim `block_d`)."""
+    head_d, head_d2 = dim_parts(block_d)
+    # q_desc, k_desc, v_desc, then a split head dim's q2_desc, k2_desc, v2_desc (the kernels'
+    # parameter order).
+    want = [{"swizzle": swizzle, "elem_size": 2, "elem_type": TMA_ELEM_TYPES[dtype],
+             "block_size": [r, box], "fp4_padded": False}
+            for box, swizzle in [tma_box_cols(d) for d in (head_d, head_d2) if d] for r in rows]
     if list(meta or []) != want:
         raise RuntimeError(f"aot.py: {what}: TMA descriptors {meta}, src/triton/tma.rs encodes {want}")
 
@@ -762,7 +797,7 @@ def compile_one(job):
         raise RuntimeError(f"aot.py: {target}/{name} needs scratch memory {scratch}; the launcher passes none")
     if family == "fwd_tma":
         check_tma_descriptors(f"{target}/{name}", md.tensordesc_meta, [tma_q_rows(fields["tile"], bm), bn, bn],
-                              fields["dtype"])
+                              fields["dtype"], fields["block_d"])
     # The warp-specialized kernel's partitions add warps to num_warps.
     threads = md.num_warps * target_obj.warp_size
     if kind == "cuda":

@@ -294,6 +294,260 @@ def _keys(start, q_len, k_len, window_right, ROWS: gl.constexpr, BLOCK_N: gl.con
     return diag, hi, n_full
 
 
+# Split head dims (kernels/aot.py's SPLIT_DIMS): wgmma takes 80, 96 or 160 columns, but Gluon's
+# tensors and shared buffers are powers of two, so each head-dim operand is two: the first HEAD_D
+# columns (a 128-byte swizzled box, as the power-of-two kernels load) and the last HEAD_D2 (16 or
+# 32: their own descriptor, whose box and swizzle span are those columns' 32 or 64 bytes). S takes
+# two wgmmas into one accumulator, O two accumulators. The matrix work is that of the head dim, not
+# of the power of two above it.
+
+
+@gluon.jit
+def _load_split(desc, desc2, ring, ring2, bars, tile, n_tiles, row0, col, BLOCK_N: gl.constexpr,
+                STAGES: gl.constexpr):
+    """Queues the TMA loads of both parts of key tile `tile` (if the block has it) into their ring
+    buffers, on one barrier."""
+    HEAD_D: gl.constexpr = ring.shape[2]
+    stage = tile % STAGES
+    has = tile < n_tiles
+    mbarrier.expect(bars.index(stage), desc.block_type.nbytes + desc2.block_type.nbytes, pred=has)
+    tma.async_copy_global_to_shared(desc, [row0 + tile * BLOCK_N, col], bars.index(stage), ring.index(stage),
+                                    pred=has)
+    tma.async_copy_global_to_shared(desc2, [row0 + tile * BLOCK_N, col + HEAD_D], bars.index(stage),
+                                    ring2.index(stage), pred=has)
+
+
+@aggregate
+class SplitRing:
+    """The K and V rings of a split head dim, both parts, and how they refill: once every warp is
+    done with a K/V tile pair, TMA-load the tiles STAGES ahead into its buffers."""
+    k_desc: tma.tensor_descriptor
+    k2_desc: tma.tensor_descriptor
+    v_desc: tma.tensor_descriptor
+    v2_desc: tma.tensor_descriptor
+    k_ring: gl.shared_memory_descriptor
+    k2_ring: gl.shared_memory_descriptor
+    v_ring: gl.shared_memory_descriptor
+    v2_ring: gl.shared_memory_descriptor
+    k_bars: gl.shared_memory_descriptor
+    v_bars: gl.shared_memory_descriptor
+    k_row0: gl.tensor
+    v_row0: gl.tensor
+    k_col: gl.tensor
+    v_col: gl.tensor
+    n_tiles: gl.tensor
+
+    @gluon.constexpr_function
+    def __init__(self, k_desc, k2_desc, v_desc, v2_desc, k_ring, k2_ring, v_ring, v2_ring, k_bars, v_bars, k_row0,
+                 v_row0, k_col, v_col, n_tiles):
+        self.k_desc = k_desc
+        self.k2_desc = k2_desc
+        self.v_desc = v_desc
+        self.v2_desc = v2_desc
+        self.k_ring = k_ring
+        self.k2_ring = k2_ring
+        self.v_ring = v_ring
+        self.v2_ring = v2_ring
+        self.k_bars = k_bars
+        self.v_bars = v_bars
+        self.k_row0 = k_row0
+        self.v_row0 = v_row0
+        self.k_col = k_col
+        self.v_col = v_col
+        self.n_tiles = n_tiles
+
+    @gluon.jit
+    def load(self, k_tile, v_tile):
+        """Queues K tile `k_tile` and V tile `v_tile` (where the block has them)."""
+        STAGES: gl.constexpr = self.k_ring.shape[0]
+        BLOCK_N: gl.constexpr = self.k_ring.shape[1]
+        _load_split(self.k_desc, self.k2_desc, self.k_ring, self.k2_ring, self.k_bars, k_tile, self.n_tiles,
+                    self.k_row0, self.k_col, BLOCK_N, STAGES)
+        _load_split(self.v_desc, self.v2_desc, self.v_ring, self.v2_ring, self.v_bars, v_tile, self.n_tiles,
+                    self.v_row0, self.v_col, BLOCK_N, STAGES)
+
+    @gluon.jit
+    def release(self, k_tile, v_tile):
+        """K tile `k_tile` and V tile `v_tile` are consumed."""
+        STAGES: gl.constexpr = self.k_ring.shape[0]
+        gl.thread_barrier()
+        self.load(k_tile + STAGES, v_tile + STAGES)
+
+
+@gluon.jit
+def _scores_split(q_smem, q2_smem, kr, tile, s_layout: gl.constexpr):
+    """Queues `S = Q K^T` of ring tile `tile` (once its barrier completes) as two wgmmas, the head
+    dim's parts, into one accumulator."""
+    BLOCK_M: gl.constexpr = q_smem.shape[0]
+    STAGES: gl.constexpr = kr.k_ring.shape[0]
+    BLOCK_N: gl.constexpr = kr.k_ring.shape[1]
+    mbarrier.wait(kr.k_bars.index(tile % STAGES), (tile // STAGES) & 1)
+    s_tok = warpgroup_mma(q_smem, kr.k_ring.index(tile % STAGES).permute((1, 0)),
+                          gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+    return warpgroup_mma(q2_smem, kr.k2_ring.index(tile % STAGES).permute((1, 0)), s_tok, is_async=True)
+
+
+@gluon.jit
+def _pv_split(kr, tile, acc, acc2, p, p2, alpha, o_layout: gl.constexpr, o2_layout: gl.constexpr):
+    """Queues `acc += P V` of ring tile `tile` for both parts, after the rescale the accumulators owe."""
+    STAGES: gl.constexpr = kr.v_ring.shape[0]
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    acc2 = acc2 * gl.convert_layout(alpha, gl.SliceLayout(1, o2_layout))[:, None]
+    mbarrier.wait(kr.v_bars.index(tile % STAGES), (tile // STAGES) & 1)
+    acc_tok = warpgroup_mma(p, kr.v_ring.index(tile % STAGES), acc, is_async=True)
+    acc2_tok = warpgroup_mma(p2, kr.v2_ring.index(tile % STAGES), acc2, is_async=True)
+    return acc_tok, acc2_tok
+
+
+@gluon.jit
+def _step_split(j, q_smem, q2_smem, kr, acc, acc2, p, p2, alpha, m_i, l_i, qk_scale, start_m, k_len, diag,
+                MASK: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr, o2_layout: gl.constexpr,
+                p_layout: gl.constexpr, p2_layout: gl.constexpr):
+    """`_step` with both parts: S_{j+1} (two wgmmas) and `acc += P_j V_j` (two) in flight together,
+    then the softmax of S_{j+1}."""
+    BLOCK_M: gl.constexpr = q_smem.shape[0]
+    BLOCK_N: gl.constexpr = kr.k_ring.shape[1]
+    jn = j + 1
+    s_tok = _scores_split(q_smem, q2_smem, kr, jn, s_layout)
+    acc_tok, acc2_tok = _pv_split(kr, j, acc, acc2, p, p2, alpha, o_layout, o2_layout)
+    # Two groups left outstanding (the P V ones): both S groups have retired.
+    s = warpgroup_mma_wait(2, deps=[s_tok])
+    p32, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, start_m, jn * BLOCK_N, k_len, diag, False, MASK,
+                                    s_layout, BLOCK_M, BLOCK_N)
+    # P_j's registers are the running wgmmas' operand: overwrite them only after they retire.
+    acc, acc2, p, p2 = warpgroup_mma_wait(0, deps=[acc_tok, acc2_tok, p, p2])
+    p = gl.convert_layout(p32.to(p.dtype), p_layout)
+    p2 = gl.convert_layout(p, p2_layout)
+    kr.release(jn, j)
+    return acc, acc2, p, p2, alpha, m_i, l_i
+
+
+@gluon.jit
+def _store_part(acc, inv_l, buf, Out, out_row, row, q_len, head, num_heads, COL0: gl.constexpr,
+                D_ALL: gl.constexpr, o_layout: gl.constexpr):
+    """Stores the head-dim part `acc` (columns COL0 on of rows D_ALL wide) of O = acc / l through
+    `buf` (shared memory of its shape that no wgmma reads any more), as 16-byte rows."""
+    BLOCK_M: gl.constexpr = buf.shape[0]
+    D: gl.constexpr = buf.shape[1]
+    out = (acc * gl.convert_layout(inv_l, gl.SliceLayout(1, o_layout))[:, None]).to(buf.dtype)
+    buf.store(out)
+    gl.thread_barrier()
+    rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D, D // 8], [gl.num_warps(), 1], [1, 0])
+    out = buf.load(rows_layout)
+    row = gl.convert_layout(row, gl.SliceLayout(1, rows_layout))
+    out_row = gl.convert_layout(out_row, gl.SliceLayout(1, rows_layout))
+    col = COL0 + gl.arange(0, D, layout=gl.SliceLayout(0, rows_layout))
+    at = Out + (out_row * num_heads + head)[:, None] * D_ALL + col[None, :]
+    gl.store(at, out, mask=(row < q_len)[:, None])
+
+
+@gluon.jit
+def _fwd_split(q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc, Out, Lse, CuSeqQ, CuSeqK, Fault, sm_scale,
+               stride_qh, stride_kh, stride_vh, q_batch_rows, k_batch_rows, v_batch_rows, stride_lb, stride_lh,
+               is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads, num_heads_k, window_right,
+               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, HEAD_D2: gl.constexpr,
+               STAGES: gl.constexpr):
+    """`attn_fwd_tma` at a split head dim HEAD_D + HEAD_D2: its schedule, each head-dim operand in
+    two parts."""
+    num_warps: gl.constexpr = gl.num_warps()
+    dtype: gl.constexpr = q_desc.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, HEAD_D, 16])
+    o2_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                        instr_shape=[16, HEAD_D2, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    p2_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o2_layout, k_width=2)
+
+    b, head, head_k, q_start, q_len, k_start, k_len, start_m = _block(
+        CuSeqQ, CuSeqK, Fault, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads,
+        num_heads_k, BLOCK_M)
+    if start_m >= q_len:
+        return
+    q_row0 = q_start + b * q_batch_rows + start_m
+    q_col = head * stride_qh
+    qk_scale = sm_scale * LOG2E
+    diag, hi, n_full = _keys(start_m, q_len, k_len, window_right, BLOCK_M, BLOCK_N)
+    # At least one tile, masked, when the block sees no key: its rows get output 0 and LSE -inf.
+    n_tiles = gl.maximum((hi + BLOCK_N - 1) // BLOCK_N, 1)
+
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], q_desc.layout)
+    q2_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D2], q2_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kr = SplitRing(k_desc, k2_desc, v_desc, v2_desc,
+                   gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], k_desc.layout),
+                   gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D2], k2_desc.layout),
+                   gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], v_desc.layout),
+                   gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D2], v2_desc.layout),
+                   k_bars, v_bars, k_start + b * k_batch_rows, k_start + b * v_batch_rows, head_k * stride_kh,
+                   head_k * stride_vh, n_tiles)
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_bars.index(i), count=1)
+        mbarrier.init(v_bars.index(i), count=1)
+    fence_async_shared()
+
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes + q2_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row0, q_col], q_bar, q_smem)
+    tma.async_copy_global_to_shared(q2_desc, [q_row0, q_col + HEAD_D], q_bar, q2_smem)
+    for i in gl.static_range(STAGES):
+        kr.load(i, i)
+
+    # Tile 0: S_0 and its softmax (masked unless every row sees all of it).
+    mbarrier.wait(q_bar, 0)
+    s = warpgroup_mma_wait(0, deps=[_scores_split(q_smem, q2_smem, kr, 0, s_layout)])
+    m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.full([BLOCK_M], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
+    p32, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, start_m, 0, k_len, diag, n_full > 0, True, s_layout,
+                                    BLOCK_M, BLOCK_N)
+    p = gl.convert_layout(p32.to(dtype), p_layout)
+    p2 = gl.convert_layout(p, p2_layout)
+    acc = gl.zeros([BLOCK_M, HEAD_D], gl.float32, o_layout)
+    acc2 = gl.zeros([BLOCK_M, HEAD_D2], gl.float32, o2_layout)
+    gl.thread_barrier()
+    _load_split(k_desc, k2_desc, kr.k_ring, kr.k2_ring, k_bars, STAGES, n_tiles, kr.k_row0, kr.k_col, BLOCK_N,
+                STAGES)
+
+    # Steps 0 .. n_tiles - 2: those whose next tile every row sees whole, then the masked ones.
+    for j in range(0, n_full - 1):
+        acc, acc2, p, p2, alpha, m_i, l_i = _step_split(j, q_smem, q2_smem, kr, acc, acc2, p, p2, alpha, m_i, l_i,
+                                                        qk_scale, start_m, k_len, diag, False, s_layout, o_layout,
+                                                        o2_layout, p_layout, p2_layout)
+    for j in range(gl.maximum(n_full - 1, 0), n_tiles - 1):
+        acc, acc2, p, p2, alpha, m_i, l_i = _step_split(j, q_smem, q2_smem, kr, acc, acc2, p, p2, alpha, m_i, l_i,
+                                                        qk_scale, start_m, k_len, diag, True, s_layout, o_layout,
+                                                        o2_layout, p_layout, p2_layout)
+
+    # The last tile's P V. Its rows past the sequence hold whatever follows it: zero them.
+    last = n_tiles - 1
+    mbarrier.wait(v_bars.index(last % STAGES), (last // STAGES) & 1)
+    if n_tiles * BLOCK_N > k_len:
+        _zero_tail(kr.v_ring.index(last % STAGES), last, k_len)
+        _zero_tail(kr.v2_ring.index(last % STAGES), last, k_len)
+    acc_tok, acc2_tok = _pv_split(kr, last, acc, acc2, p, p2, alpha, o_layout, o2_layout)
+    acc, acc2, p, p2 = warpgroup_mma_wait(0, deps=[acc_tok, acc2_tok, p, p2])
+
+    mbarrier.invalidate(q_bar)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(k_bars.index(i))
+        mbarrier.invalidate(v_bars.index(i))
+    # LSE (natural log) and O = acc / l; rows that saw no key: O = 0, LSE = -inf. O goes through
+    # Q's buffers: the last wgmmas that read them have retired.
+    empty = l_i == 0.0
+    lse = gl.where(empty, -float("inf"), (m_i * qk_scale + gl.log2(gl.where(empty, 1.0, l_i))) * LN2)
+    row = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    gl.store(Lse + b.to(gl.int64) * stride_lb + head.to(gl.int64) * stride_lh + q_start + row, lse, mask=row < q_len)
+    inv_l = 1.0 / gl.where(empty, 1.0, l_i)
+    out_row = (b * seqlen_q * (1 - is_varlen) + q_start + row).to(gl.int64)
+    gl.thread_barrier()
+    _store_part(acc, inv_l, q_smem, Out, out_row, row, q_len, head, num_heads, 0, HEAD_D + HEAD_D2, o_layout)
+    _store_part(acc2, inv_l, q2_smem, Out, out_row, row, q_len, head, num_heads, HEAD_D, HEAD_D + HEAD_D2,
+                o2_layout)
+
+
 @gluon.jit
 def attn_fwd_tma(
     q_desc, k_desc, v_desc,
@@ -379,3 +633,26 @@ def attn_fwd_tma(
     # Through Q's buffer: the last wgmma that read it has retired.
     _store_block(acc, m_i, l_i, qk_scale, q_smem, Out, Lse, b, head, q_start, q_len, start_m, is_varlen, seqlen_q,
                  stride_lb, stride_lh, num_heads, s_layout, o_layout)
+
+
+@gluon.jit
+def attn_fwd_tma_split(
+    q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc,
+    Out, Lse, CuSeqQ, CuSeqK, Fault,
+    sm_scale,
+    stride_qh, stride_kh, stride_vh,
+    q_batch_rows, k_batch_rows, v_batch_rows,
+    stride_lb, stride_lh,
+    is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap,
+    num_heads, num_heads_k, window_right, batch,
+    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, HEAD_D2: gl.constexpr,
+    STAGES: gl.constexpr,
+):
+    """`attn_fwd_tma` at a split head dim HEAD_D + HEAD_D2 (80 = 64 + 16, 96 = 64 + 32, 160 = 128 +
+    32): the first HEAD_D columns of q, k and v through q/k/v_desc, the last HEAD_D2 through
+    q2/k2/v2_desc ([`_fwd_split`]); `batch` is unread, as there. Its own kernel, so that the
+    power-of-two kernels keep their parameter list (three descriptors)."""
+    _fwd_split(q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc, Out, Lse, CuSeqQ, CuSeqK, Fault, sm_scale,
+               stride_qh, stride_kh, stride_vh, q_batch_rows, k_batch_rows, v_batch_rows, stride_lb, stride_lh,
+               is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads, num_heads_k,
+               window_right, BLOCK_M, BLOCK_N, HEAD_D, HEAD_D2, STAGES)

@@ -103,9 +103,10 @@ impl MapElement {
     }
 }
 
-/// A 2-D row-major view of device memory, read in boxes of `box_rows x box_cols` elements with
-/// the 128-byte swizzle (`CU_TENSOR_MAP_SWIZZLE_128B`), what the kernels' NVMMA shared layouts
-/// expect. Reads past the view are zero-filled.
+/// A 2-D row-major view of device memory, read in boxes of `box_rows x box_cols` elements swizzled
+/// over a box row's bytes (`CU_TENSOR_MAP_SWIZZLE_128B` for 128-byte rows, `_64B` / `_32B` for a
+/// split head dim's 32 or 16 last columns), what the kernels' NVMMA shared layouts expect. Reads
+/// past the view are zero-filled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TiledView {
     /// The element type.
@@ -120,6 +121,13 @@ pub struct TiledView {
     pub row_stride_bytes: u64,
     /// Rows per box.
     pub box_rows: u32,
-    /// Elements per box row: at most 128 bytes of them (the swizzle span).
+    /// Elements per box row: 32, 64 or 128 bytes of them (the swizzle span).
     pub box_cols: u32,
+}
+
+impl TiledView {
+    /// Bytes of a box row, the span its swizzle permutes (f16/bf16: 2 bytes an element).
+    pub fn swizzle_bytes(&self) -> u32 {
+        self.box_cols * 2
+    }
 }

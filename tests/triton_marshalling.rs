@@ -52,18 +52,32 @@ fn consumer_rows_agree_across_the_build_the_kernel_and_the_launch() {
 fn argument_structs_follow_the_kernel_signatures() {
     assert_eq!(FwdArgs::PARAMS, kernel_params("attention.py", "attn_fwd"));
     assert_eq!(MergeArgs::PARAMS, kernel_params("attention.py", "attn_merge"));
-    assert_eq!(TmaFwdArgs::PARAMS, kernel_params("attention_tma.py", "attn_fwd_tma"));
-    // The warp-specialized kernel takes the same arguments (one launch path for both).
-    assert_eq!(TmaFwdArgs::PARAMS, kernel_params("attention_ws.py", "attn_fwd_tma_ws"));
-    assert_eq!(TmaFwdArgs::PARAMS, kernel_params("attention_ws.py", "attn_fwd_tma_walk"));
+    // The split head dims' kernel takes every TMA argument; the power-of-two kernels (the
+    // warp-specialized ones too: one launch path for all) all but the tail's descriptors.
+    assert_eq!(TmaFwdArgs::PARAMS, kernel_params("attention_tma.py", "attn_fwd_tma_split"));
+    let pow2: Vec<&str> = TmaFwdArgs::PARAMS
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !TmaFwdArgs::SPLIT_PARAMS.contains(i))
+        .map(|(_, p)| *p)
+        .collect();
+    assert_eq!(pow2, kernel_params("attention_tma.py", "attn_fwd_tma"));
+    assert_eq!(pow2, kernel_params("attention_ws.py", "attn_fwd_tma_ws"));
+    assert_eq!(pow2, kernel_params("attention_ws.py", "attn_fwd_tma_walk"));
     assert_eq!(FwdArgs::default().values().len(), FwdArgs::PARAMS.len());
     assert_eq!(MergeArgs::default().values().len(), MergeArgs::PARAMS.len());
     // Each descriptor goes as Triton lowers it: the map, then the view's two sizes and strides.
-    let values = TmaFwdArgs::default().values();
-    assert_eq!(values.len(), TmaFwdArgs::PARAMS.len() + 3 * 4);
-    for desc in 0..3 {
-        assert!(matches!(values[desc * 5], ArgValue::TensorMap(_)));
-        assert!(matches!(values[desc * 5 + 1..desc * 5 + 5], [ArgValue::I32(_), ArgValue::I32(_), ArgValue::I64(_), ArgValue::I64(_)]));
+    let args = TmaFwdArgs { sm_scale: 0.5, ..Default::default() };
+    for (split, descs) in [(true, 6), (false, 3)] {
+        let values = args.values_for(split);
+        assert_eq!(values.len(), TmaFwdArgs::PARAMS.len() - (6 - descs) + descs * 4);
+        for desc in 0..descs {
+            assert!(matches!(values[desc * 5], ArgValue::TensorMap(_)));
+            assert!(matches!(values[desc * 5 + 1..desc * 5 + 5], [ArgValue::I32(_), ArgValue::I32(_), ArgValue::I64(_), ArgValue::I64(_)]));
+        }
+        // Then the pointers: Out first.
+        assert!(matches!(values[descs * 5], ArgValue::Ptr(_)));
+        assert!(values.contains(&ArgValue::F32(0.5)));
     }
 }
 

@@ -47,13 +47,13 @@ fn sm90_image(family: Family, tile: Tile, block_d: u32, paged: bool, extras: boo
     }
 }
 
-/// sm_90's f16 kernels at exact head dims 64, 96 (as 128's padded tile would: here an exact
-/// 96 image that has no TMA twin), 128 and 256, with TMA images at 64, 128 and 256 (128 rows at
-/// 256, as kernels/aot.py builds them), of the warp-specialized class there too, of the short
+/// sm_90's f16 kernels at exact head dims 64, 80, 96 (here an exact 96 image that has no TMA
+/// twin), 128, 160 and 256, with TMA images at 64, 80, 128, 160 and 256 (128 rows at 256, as
+/// kernels/aot.py builds them), of the warp-specialized class at the powers of two, of the short
 /// class at 128 and 256 and of the walking class at 128.
 fn sm90_images() -> &'static [KernelImage] {
     let mut all = Vec::new();
-    for block_d in [64, 96, 128, 256] {
+    for block_d in [64, 80, 96, 128, 160, 256] {
         for (paged, extras) in [(false, false), (false, true), (true, false), (true, true)] {
             all.push(sm90_image(Family::Fwd, Tile::Prefill, block_d, paged, extras));
             all.push(sm90_image(Family::Fwd, Tile::Decode, block_d, paged, extras));
@@ -61,9 +61,11 @@ fn sm90_images() -> &'static [KernelImage] {
         all.push(sm90_image(Family::Merge, Tile::Merge, block_d, false, false));
         if block_d != 96 {
             all.push(sm90_image(Family::FwdTma, Tile::Prefill, block_d, false, false));
+        }
+        if block_d.is_power_of_two() {
             all.push(sm90_image(Family::FwdTma, Tile::PrefillWs, block_d, false, false));
         }
-        if block_d >= 128 {
+        if block_d >= 128 && block_d.is_power_of_two() {
             all.push(sm90_image(Family::FwdTma, Tile::PrefillShort, block_d, false, false));
         }
         if block_d == 128 {
@@ -82,11 +84,13 @@ fn request(window: (Option<usize>, Option<usize>), softcap: Option<f32>) -> Requ
 }
 
 /// Random batch calls, each with whether the TMA kernel serves it (the rule restated: a plain
-/// call, no left window, >= 64 queries, heads inside a row, head dim 64, 128 or 256) and which
+/// call, no left window, >= 64 queries, heads inside a row, head dim 64, 128 or 256, or a split
+/// one, 80 or 160 here, where its TMA image is built: 96 has none here) and which
 /// class (short: at most 256 keys at d = 128, 512 at d = 256 with a diagonal; warp-specialized:
 /// at d = 128 and 256 from 512 keys without a diagonal, from 2048 with one at d = 128 and past the
 /// short class at d = 256, at d = 64 past 2048 keys, or 4096 with a diagonal; else the prefill
-/// class, which takes at most those 2048 / 4096 keys at d = 64 and 128): the
+/// class, which takes at most those 2048 / 4096 keys at d = 64 and 128, any number at the split
+/// head dims): the
 /// plan launches it exactly when it serves and its grid, one program per query block of each
 /// sequence and query head, fills the device (it does not split the keys); unsplit. The
 /// walking class launches one program per SM instead, each walking the blocks.
@@ -98,7 +102,7 @@ fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
         let b = rng.gen_range(1..5);
         let s_q = [1, 16, 63, 64, 100, 300, 1100][rng.gen_range(0..7)];
         let s_k = [1, 64, 255, 256, 257, 511, 512, 513, 767, 768, 1024, 1025, 2048, 2049, 4096, 4097, 9000][rng.gen_range(0..17)];
-        let d = [64, 96, 128, 256][rng.gen_range(0..4)];
+        let d = [64, 80, 96, 128, 160, 256][rng.gen_range(0..6)];
         let h_k = rng.gen_range(1..4);
         let h = h_k * rng.gen_range(1..4);
         let (window, diagonal, left) = [
@@ -120,7 +124,7 @@ fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
         let walks = common::tma_rule::walks(d, diagonal, s_k);
         // A left window wider than the keys is no window.
         let left_bounds = left && 30 < s_k;
-        let serves = (d == 64 || d == 128 || d == 256)
+        let serves = [64, 80, 128, 160, 256].contains(&d)
             && softcap.is_none()
             && !left_bounds
             && s_q >= 64
@@ -249,8 +253,34 @@ fn tma_views_address_every_element_as_the_layouts_do() {
         let ws_views = tma::views(&call, &fwd, ws);
         assert_eq!([ws_views[0].box_rows, ws_views[1].box_rows, ws_views[2].box_rows], [64, 128, 128]);
         assert_eq!(ws_views.map(|v| (v.base, v.rows, v.cols)), views.map(|v| (v.base, v.rows, v.cols)));
+        // A power of two has no tail views (its second three are its first three, unused).
+        assert_eq!(views[..3], views[3..]);
         assert_eq!((args.window_right, args.is_varlen, args.seqlen_q, args.seqlen_k), (0, 0, s_q as i32, s_k as i32));
         assert_eq!((args.out, args.lse, args.fault, args.num_heads, args.num_heads_k), (fwd.out, fwd.lse, fwd.fault, h as i32, h_k as i32));
+    }
+    // A split head dim (80 = 64 + 16, 160 = 128 + 32): the same views twice, the tail's in boxes
+    // of its 16 or 32 columns (its 32 or 64 bytes the swizzle span); the kernel reads the tail at
+    // column `head * head_stride + 64` (or 128) of them.
+    for (d, rest) in [(80, 16), (160, 32)] {
+        let image = sm90_images().iter().find(|i| i.family == Family::FwdTma && i.tile == Tile::Prefill && i.block_d == d).unwrap();
+        assert_eq!(tma::head_parts(d), (d - rest, rest));
+        let (b, s, h) = (2, 300, 4);
+        let q = zeros(&[b, s, h, d as usize]);
+        let call = AttnCall::new(&request((None, None), None), [DType::F16; 3], q.layout(), q.layout(), q.layout()).unwrap();
+        let kernels = Kernels { fwd: image, fwd_b32: None, merge: image, batched: None, tma: Some(image) };
+        let plan = Plan::new(&call, kernels, H100_SMS).unwrap();
+        let fwd = fwd_args(&call, &BUFFERS, &plan).unwrap();
+        let views = tma::views(&call, &fwd, image);
+        for part in 0..3 {
+            assert_eq!((views[part].box_cols, views[part].swizzle_bytes()), (64, 128));
+            assert_eq!((views[part + 3].box_cols, views[part + 3].swizzle_bytes()), (rest, 2 * rest));
+            assert_eq!(views[part + 3], flash_attn_rocm::device::TiledView { box_cols: rest, ..views[part] });
+        }
+        let args = tma::tma_args(&call, &fwd, &views, Default::default()).unwrap();
+        check_view(&views[3], &args.q2, BUFFERS.q, &q, args.q_batch_rows, args.stride_qh, None);
+        // The split kernel takes all six descriptors, a power of two's the first three.
+        let n = flash_attn_rocm::triton::TmaFwdArgs::PARAMS.len();
+        assert_eq!((args.values_for(true).len(), args.values_for(false).len()), (n + 6 * 4, n - 3 + 3 * 4));
     }
     // Varlen: packed rows, sequences found through the cumulative seqlens.
     let (tq, tk) = (500, 700);

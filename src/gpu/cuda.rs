@@ -39,7 +39,10 @@ const CU_MEMHOSTREGISTER_PORTABLE: u32 = 0x01;
 const CU_MEMHOSTREGISTER_DEVICEMAP: u32 = 0x02;
 /// `CU_TENSOR_MAP_INTERLEAVE_NONE`.
 const INTERLEAVE_NONE: i32 = 0;
-/// `CU_TENSOR_MAP_SWIZZLE_128B`: the swizzle of the TMA kernel's shared layouts ([`TiledView`]).
+/// `CU_TENSOR_MAP_SWIZZLE_32B`, `_64B` and `_128B`: the swizzles of the TMA kernel's shared
+/// layouts, over a box row's bytes ([`TiledView::swizzle_bytes`]).
+const SWIZZLE_32B: i32 = 1;
+const SWIZZLE_64B: i32 = 2;
 const SWIZZLE_128B: i32 = 3;
 /// `CU_TENSOR_MAP_L2_PROMOTION_L2_128B`, what Triton's own launcher asks for.
 const L2_PROMOTION_128B: i32 = 2;
@@ -322,6 +325,11 @@ impl Backend for Cuda {
         let strides = [view.row_stride_bytes];
         let boxes = [view.box_cols, view.box_rows];
         let element_strides = [1u32, 1];
+        let swizzle = match view.swizzle_bytes() {
+            32 => SWIZZLE_32B,
+            64 => SWIZZLE_64B,
+            _ => SWIZZLE_128B,
+        };
         // SAFETY: `map` is a writable, 64-byte aligned CUtensorMap; the arrays hold `rank` (2)
         // entries (strides rank - 1) and outlive the call, which only reads them; the address is
         // not dereferenced here (the kernel reads through the descriptor).
@@ -336,7 +344,7 @@ impl Backend for Cuda {
                 boxes.as_ptr(),
                 element_strides.as_ptr(),
                 INTERLEAVE_NONE,
-                SWIZZLE_128B,
+                swizzle,
                 L2_PROMOTION_128B,
                 OOB_FILL_NONE,
             )

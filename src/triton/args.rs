@@ -176,6 +176,12 @@ kernel_args! {
         q: tdesc = "q_desc",
         k: tdesc = "k_desc",
         v: tdesc = "v_desc",
+        /// A split head dim's last columns (16 or 32) of q, k and v ([`super::tma::head_parts`]):
+        /// `attn_fwd_tma_split`'s parameters, which the power-of-two kernels do not have
+        /// ([`TmaFwdArgs::values_for`]).
+        q2: tdesc = "q2_desc",
+        k2: tdesc = "k2_desc",
+        v2: tdesc = "v2_desc",
         out: ptr = "Out",
         lse: ptr = "Lse",
         cu_seqlens_q: ptr = "CuSeqQ",
@@ -206,3 +212,26 @@ kernel_args! {
         batch: i32 = "batch",
     }
 }
+
+impl TmaFwdArgs {
+    /// The parameters that `attn_fwd_tma_split` (a split head dim) has and the power-of-two
+    /// kernels (`attn_fwd_tma`, `attn_fwd_tma_ws`, `attn_fwd_tma_walk`) do not: the tail's
+    /// descriptors, after q, k and v's.
+    pub const SPLIT_PARAMS: std::ops::Range<usize> = 3..6;
+
+    /// The values in the parameter order of a split head dim's kernel (`split`: all of
+    /// [`Self::PARAMS`]) or of a power of two's (without [`Self::SPLIT_PARAMS`]).
+    pub fn values_for(&self, split: bool) -> Vec<ArgValue> {
+        let mut values = self.values();
+        if !split {
+            // The descriptors come first, each as `DESC_VALUES` values.
+            let range = Self::SPLIT_PARAMS;
+            values.drain(range.start * DESC_VALUES..range.end * DESC_VALUES);
+        }
+        values
+    }
+}
+
+/// Values of one descriptor parameter ([`TensorDescArg::push_values`]): the map, two sizes, two
+/// strides.
+const DESC_VALUES: usize = 5;

@@ -272,11 +272,16 @@ pub fn kernel_args(
     let fwd_values = match image.family {
         Family::FwdTma => {
             let views = tma::views(call, &fwd, image);
-            let mut maps = [TensorMap::default(); 3];
-            for (map, view) in maps.iter_mut().zip(&views) {
-                *map = encode(view)?;
+            let mut maps = [TensorMap::default(); 6];
+            for i in 0..6 {
+                // A power of two's second views are its first ones, and its kernel has no
+                // parameters for them ([`TmaFwdArgs::values_for`]): no second encode.
+                maps[i] = match i >= 3 && views[i] == views[i - 3] {
+                    true => maps[i - 3],
+                    false => encode(&views[i])?,
+                };
             }
-            tma::tma_args(call, &fwd, &views, maps)?.values()
+            tma::tma_args(call, &fwd, &views, maps)?.values_for(tma::head_parts(image.block_d).1 > 0)
         }
         _ => fwd.values(),
     };

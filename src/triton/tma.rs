@@ -18,9 +18,14 @@ use candle::Result;
 /// 407); d = 128 8 x 2048 non-causal 532 against 487 (4 x 4096: 508 against 514), causal 4 x 4096
 /// 460 against 440. At d = 256 its 128-row tile takes every length (docs/bench-gpu-h200.md). The
 /// warp-specialized class takes the longer prompts at every head dim ([`ws_keys`]).
+///
+/// The split head dims ([`head_parts`]: 80, 96, 160) have the prefill class alone, at every length:
+/// against cuDNN (JIT on an H100, f16, 16384 tokens per call, best of 3 alternating turns) d = 80
+/// 1.01-1.10x, d = 96 0.87-0.98x, d = 160 0.89-0.97x from 16 x 1024 to 4 x 4096, where the `tl`
+/// kernels' split tiles ran 0.84-0.91x at d = 80 and 96 (kernels/aot.py's TMA_TILES).
 pub fn max_keys(head_dim: usize, diagonal: bool) -> usize {
     match (head_dim, diagonal) {
-        (256, _) => usize::MAX,
+        (80 | 96 | 160 | 256, _) => usize::MAX,
         (_, false) => 2048,
         (_, true) => 4096,
     }
@@ -133,6 +138,20 @@ const MAX_GRID_Y: usize = 65535;
 /// TMA_BOX_COLS; the build refuses a kernel laid out otherwise).
 pub const BOX_COLS: u32 = 64;
 
+/// The two parts of head dim `head_dim` as the TMA kernel reads them (kernels/aot.py's
+/// SPLIT_DIMS): the power of two below it and the rest (80 = 64 + 16, 96 = 64 + 32, 160 = 128 +
+/// 32), or the power of two and 0. The rest goes through its own descriptors, in one box of its
+/// width (16 or 32 columns, kernels/aot.py's tma_box_cols).
+pub fn head_parts(head_dim: u32) -> (u32, u32) {
+    match head_dim.is_power_of_two() {
+        true => (head_dim, 0),
+        false => {
+            let pow2 = 1 << (31 - head_dim.leading_zeros());
+            (pow2, head_dim - pow2)
+        }
+    }
+}
+
 /// Whether the TMA kernel serves `call` (given an image of its dtype and head dim): plain
 /// (no ALiBi, softcap, mm_prefix ranges, paging; a scale the kernel folds), no left window, at
 /// least [`TMA_MIN_QUERIES`] queries, keys some class takes ([`classes`]), q/k/v whose rows each view as
@@ -158,8 +177,10 @@ pub fn serves(call: &AttnCall) -> bool {
 /// The 2-D views of q, k and v that `attn_fwd_tma`'s descriptors describe, for `call` with the
 /// checked arguments `fwd` of the same call ([`super::fwd_args`]) and the TMA image `image`: a
 /// row per token, a head every `stride_*h` columns; in batch mode sequence b starts at row `b *
-/// batch stride / row stride`.
-pub fn views(call: &AttnCall, fwd: &FwdArgs, image: &KernelImage) -> [TiledView; 3] {
+/// batch stride / row stride`. Then the views of q2, k2 and v2: the same, in boxes of a split
+/// head dim's last columns ([`head_parts`]), or at a power of two the first three again (its
+/// kernel takes none: [`TmaFwdArgs::values_for`]).
+pub fn views(call: &AttnCall, fwd: &FwdArgs, image: &KernelImage) -> [TiledView; 6] {
     let element = match image.dtype {
         KernelDtype::F16 => MapElement::F16,
         KernelDtype::Bf16 => MapElement::Bf16,
@@ -178,11 +199,16 @@ pub fn views(call: &AttnCall, fwd: &FwdArgs, image: &KernelImage) -> [TiledView;
         }
     };
     let kv_rows = fwd.kv_rows as usize;
-    [
+    let first = [
         view(fwd.q, &call.q, call.num_heads, call.max_seqlen_q, call.total_q, q_box_rows(image)),
         view(fwd.k, &call.k, call.num_heads_k, call.max_seqlen_k, kv_rows, image.block_n),
         view(fwd.v, &call.v, call.num_heads_k, call.max_seqlen_k, kv_rows, image.block_n),
-    ]
+    ];
+    let second = match head_parts(image.block_d) {
+        (_, 0) => first,
+        (_, rest) => first.map(|view| TiledView { box_cols: rest, ..view }),
+    };
+    [first[0], first[1], first[2], second[0], second[1], second[2]]
 }
 
 /// Rows of `tensor`'s view from one sequence to the next in batch mode (0 otherwise).
@@ -196,7 +222,7 @@ fn batch_rows(call: &AttnCall, tensor: &TensorView) -> usize {
 /// `attn_fwd_tma`'s arguments: the descriptors `maps` of `views` ([`views`]), and the rest from
 /// `fwd`, the checked `attn_fwd` arguments of the same unsplit call. An `Err` for views past
 /// what a descriptor or the kernel's 32-bit coordinates hold.
-pub fn tma_args(call: &AttnCall, fwd: &FwdArgs, views: &[TiledView; 3], maps: [TensorMap; 3]) -> Result<TmaFwdArgs> {
+pub fn tma_args(call: &AttnCall, fwd: &FwdArgs, views: &[TiledView; 6], maps: [TensorMap; 6]) -> Result<TmaFwdArgs> {
     let desc = |view: &TiledView, map: TensorMap| -> Result<TensorDescArg> {
         let rows = i32::try_from(view.rows + u64::from(view.box_rows));
         let cols = i32::try_from(view.cols);
@@ -214,7 +240,7 @@ pub fn tma_args(call: &AttnCall, fwd: &FwdArgs, views: &[TiledView; 3], maps: [T
             ),
         }
     };
-    let [q_map, k_map, v_map] = maps;
+    let [q_map, k_map, v_map, q2_map, k2_map, v2_map] = maps;
     let int = |what: &str, value: usize| {
         i32::try_from(value).map_err(|_| candle::Error::Msg(format!("flash-attn-rocm: {what} = {value} exceeds i32")))
     };
@@ -222,6 +248,9 @@ pub fn tma_args(call: &AttnCall, fwd: &FwdArgs, views: &[TiledView; 3], maps: [T
         q: desc(&views[0], q_map)?,
         k: desc(&views[1], k_map)?,
         v: desc(&views[2], v_map)?,
+        q2: desc(&views[3], q2_map)?,
+        k2: desc(&views[4], k2_map)?,
+        v2: desc(&views[5], v2_map)?,
         out: fwd.out,
         lse: fwd.lse,
         cu_seqlens_q: fwd.cu_seqlens_q,

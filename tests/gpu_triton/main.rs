@@ -40,6 +40,7 @@ const TESTS: &[runner::GpuTest] = &[
     ("triton_cases::short_masked_prompts_match_cpu", triton_cases::short_masked_prompts_match_cpu),
     ("triton_cases::batched_decode_matches_cpu", triton_cases::batched_decode_matches_cpu),
     ("triton_cases::tma_prompts_match_cpu", triton_cases::tma_prompts_match_cpu),
+    ("triton_cases::tma_split_head_dims_match_cpu", triton_cases::tma_split_head_dims_match_cpu),
     ("varlen::paged_functions_match_cpu", varlen::check_paged_functions),
     ("varlen::varlen_functions_match_cpu", varlen::check_varlen_functions),
     ("threads::fresh_threads_calling_at_once_match_cpu", threads::fresh_threads_calling_at_once_match_cpu),

@@ -378,13 +378,92 @@ fn has_tma(target: &str, d: usize, tile: Tile) -> bool {
         .any(|k| k.target == target && k.family == fa::triton::Family::FwdTma && k.tile == tile && k.block_d as usize == d)
 }
 
-/// Prompts the TMA kernel serves where built (sm_90, d = 64, 128 and 256; its short class at 128
+/// Runs each of `cases` (b, s_q, s_k, h, h_k, d, window, transposed, whether the TMA kernel
+/// serves it) through the batch function on the GPU, checks that the kernel `explain` names is
+/// the TMA class the rule gives (where built), and matches the CPU, output and LSE. k and v are
+/// narrowed from caches whose unused rows hold NaN; batches are sized so that the grid fills the
+/// device.
+#[allow(clippy::type_complexity)]
+fn check_tma_cases(
+    cpu: &Device,
+    rng: &mut rand::rngs::StdRng,
+    driver: &'static fa::gpu::Driver,
+    units: usize,
+    cases: &[(usize, usize, usize, usize, usize, usize, (Option<usize>, Option<usize>), bool, bool)],
+) {
+    for (n, (b, s_q, s_k, h, h_k, d, window, transposed, serves)) in cases.iter().copied().enumerate() {
+        let dtype = DTYPES[n % 2];
+        let mut c = BatchCase { b, s_q, s_k, h, h_k, d, dtype, window, alibi: false, softcap: None, transposed };
+        // Sized for the largest query block, so that the grid fills the device whichever runs.
+        c.b = b.max(units.div_ceil(tma_programs(&c, 192) / b));
+        let b = c.b;
+        let mut x = batch_inputs(&c, rng);
+        let exp = batch_expected(&c, &x);
+        if !transposed {
+            // The same values, read from the front of caches whose other rows are NaN.
+            let nan_tail = |t: &Tensor| {
+                let tail = Tensor::full(f32::NAN, (b, 37, h_k, d), &Device::Cpu).unwrap().to_dtype(dtype).unwrap();
+                Tensor::cat(&[t, &tail], 1).unwrap().narrow(1, 0, s_k).unwrap()
+            };
+            x.k = nan_tail(&x.k);
+            x.v = nan_tail(&x.v);
+        }
+        let f = x.features(&c);
+        let chosen = fa::explain(|| fa::glue::offload::run_on_gpu(driver, || calls::batch(&x.q, &x.k, &x.v, f))).unwrap();
+        let tma = chosen.variant.starts_with("fwd_tma_");
+        assert_eq!(tma, serves && has_tma(&chosen.target, d, Tile::Prefill), "{c:?} ran {} on {}", chosen.variant, chosen.target);
+        // Every right window here is within the keys: a diagonal.
+        let (short, ws) = crate::common::tma_rule::short_and_ws(d, window.1.is_some(), s_k);
+        let walks = crate::common::tma_rule::walks(d, window.1.is_some(), s_k) && has_tma(&chosen.target, d, Tile::PrefillWalk);
+        assert_eq!(chosen.variant.starts_with("fwd_tma_walk_"), tma && walks, "{c:?} ran {}", chosen.variant);
+        let (short, ws) = (short && !walks, ws && !walks);
+        let short_built = has_tma(&chosen.target, d, Tile::PrefillShort);
+        assert_eq!(chosen.variant.starts_with("fwd_tma_short_"), tma && short && short_built, "{c:?} ran {}", chosen.variant);
+        let ws_built = has_tma(&chosen.target, d, Tile::PrefillWs);
+        assert_eq!(chosen.variant.starts_with("fwd_tma_ws_"), tma && ws && ws_built, "{c:?} ran {}", chosen.variant);
+        check_lse_variant(&format!("{c:?}"), &cpu, &[&x.q, &x.k, &x.v], &exp, false, |a| {
+            with_lse(calls::batch_op(f).forward_with_lse(&a[0], &a[1], &a[2]))
+        });
+    }
+}
+
+/// The split head dims on the TMA kernel (sm_90: `attn_fwd_tma_split`, two descriptors per
+/// tensor, the tail's in 16- or 32-column boxes with the 32- or 64-byte swizzle), at every
+/// length on its prefill class: ragged key tiles, rows that see no key, a right window, many key
+/// tiles, GQA and MHA, f16 and bf16; heads strided across rows go to the other kernels. Each
+/// matches the CPU, output and LSE.
+pub fn tma_split_head_dims_match_cpu() {
+    let Some((cpu, mut rng)) = gpu_and_rng("tma_split_head_dims_match_cpu") else {
+        return;
+    };
+    let driver = crate::check::driver().unwrap();
+    let units = fa::gpu::current_device(driver).unwrap().1.units;
+    let cases = [
+        (2, 130, 130, 4, 2, 96, CAUSAL, false, true),
+        (2, 300, 517, 4, 2, 80, NONE, false, true),
+        (2, 300, 100, 4, 1, 80, CAUSAL, false, true),
+        (1, 200, 700, 4, 2, 96, (None, Some(5)), false, true),
+        (2, 150, 300, 4, 2, 160, NONE, false, true),
+        (1, 130, 2100, 4, 2, 160, CAUSAL, false, true),
+        (1, 300, 4200, 4, 2, 80, NONE, false, true),
+        (2, 100, 100, 4, 2, 80, NONE, true, false),
+    ];
+    // A build for sm_90 has their TMA kernels: without them every case would pass on attn_fwd.
+    if fa::triton::KERNELS.iter().any(|k| k.target == "sm_90") {
+        for d in [80, 96, 160] {
+            assert!(has_tma("sm_90", d, Tile::Prefill), "no sm_90 TMA kernel at d = {d}");
+        }
+    }
+    check_tma_cases(&cpu, &mut rng, driver, units, &cases);
+}
+
+/// Prompts the TMA kernel serves where built (sm_90, d = 64, 128 and 256, its split head dims in
+/// [`tma_split_head_dims_match_cpu`]; its short class at 128
 /// and 256, its warp-specialized class at all three, d = 256's 128-row tile; blocks whose second
 /// half is past the queries): GQA and MHA, causal with fewer keys than queries (rows that
 /// see no key), a right window, lengths off its tiles,
 /// k and v narrowed from caches whose unused rows hold NaN (rows its tiles read past a sequence);
-/// and prompts it leaves to the other kernels (left window, heads strided across rows, head
-/// dim 96). Batches are large enough for a grid that fills the device, which
+/// and prompts it leaves to the other kernels (left window, heads strided across rows). Batches are large enough for a grid that fills the device, which
 /// the TMA kernel needs. Each runs the kernel `explain` names and matches the CPU, output and LSE;
 /// varlen batches of mixed lengths, empty ones included, too.
 pub fn tma_prompts_match_cpu() {
@@ -427,42 +506,8 @@ pub fn tma_prompts_match_cpu() {
         (2, 150, 600, 2, 2, 256, NONE, false, true),
         (2, 150, 700, 2, 2, 256, CAUSAL, false, true),
         (2, 130, 130, 4, 2, 128, (Some(20), Some(0)), false, false),
-        (2, 130, 130, 4, 2, 96, CAUSAL, false, false),
     ];
-    for (n, (b, s_q, s_k, h, h_k, d, window, transposed, serves)) in cases.into_iter().enumerate() {
-        let dtype = DTYPES[n % 2];
-        let mut c = BatchCase { b, s_q, s_k, h, h_k, d, dtype, window, alibi: false, softcap: None, transposed };
-        // Sized for the largest query block, so that the grid fills the device whichever runs.
-        c.b = b.max(units.div_ceil(tma_programs(&c, 192) / b));
-        let b = c.b;
-        let mut x = batch_inputs(&c, &mut rng);
-        let exp = batch_expected(&c, &x);
-        if !transposed {
-            // The same values, read from the front of caches whose other rows are NaN.
-            let nan_tail = |t: &Tensor| {
-                let tail = Tensor::full(f32::NAN, (b, 37, h_k, d), &Device::Cpu).unwrap().to_dtype(dtype).unwrap();
-                Tensor::cat(&[t, &tail], 1).unwrap().narrow(1, 0, s_k).unwrap()
-            };
-            x.k = nan_tail(&x.k);
-            x.v = nan_tail(&x.v);
-        }
-        let f = x.features(&c);
-        let chosen = fa::explain(|| fa::glue::offload::run_on_gpu(driver, || calls::batch(&x.q, &x.k, &x.v, f))).unwrap();
-        let tma = chosen.variant.starts_with("fwd_tma_");
-        assert_eq!(tma, serves && has_tma(&chosen.target, d, Tile::Prefill), "{c:?} ran {} on {}", chosen.variant, chosen.target);
-        // Every right window here is within the keys: a diagonal.
-        let (short, ws) = crate::common::tma_rule::short_and_ws(d, window.1.is_some(), s_k);
-        let walks = crate::common::tma_rule::walks(d, window.1.is_some(), s_k) && has_tma(&chosen.target, d, Tile::PrefillWalk);
-        assert_eq!(chosen.variant.starts_with("fwd_tma_walk_"), tma && walks, "{c:?} ran {}", chosen.variant);
-        let (short, ws) = (short && !walks, ws && !walks);
-        let short_built = has_tma(&chosen.target, d, Tile::PrefillShort);
-        assert_eq!(chosen.variant.starts_with("fwd_tma_short_"), tma && short && short_built, "{c:?} ran {}", chosen.variant);
-        let ws_built = has_tma(&chosen.target, d, Tile::PrefillWs);
-        assert_eq!(chosen.variant.starts_with("fwd_tma_ws_"), tma && ws && ws_built, "{c:?} ran {}", chosen.variant);
-        check_lse_variant(&format!("{c:?}"), &cpu, &[&x.q, &x.k, &x.v], &exp, false, |a| {
-            with_lse(calls::batch_op(f).forward_with_lse(&a[0], &a[1], &a[2]))
-        });
-    }
+    check_tma_cases(&cpu, &mut rng, driver, units, &cases);
     // 7 sequences of up to 200 queries, 6 heads: 168 programs, enough for an H100 or H200; then
     // up to 600 queries and 700 keys (the walking class at d = 128, with and without a diagonal:
     // 210 blocks for one program per SM).

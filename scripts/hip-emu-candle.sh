@@ -76,4 +76,4 @@ for run in "${runs[@]}"; do
   printf '| %s | %s | %s | %s | %s |\n' "$trial" "$kernels" "$result" "$(( $(date +%s) - t0 ))" \
     "$(wc -l <"$log.launches" 2>/dev/null || echo 0)" | tee -a "$out/table.md"
 done
-echo "== table: $out/table.md; tinygrad $(git -C "$FLASH_ATTN_ROCM_TINYGRAD" rev-parse HEAD 2>/dev/null || echo '(unknown snapshot)')"
+echo "== table: $out/table.md; tinygrad $(git -C "$FLASH_ATTN_ROCM_TINYGRAD" rev-parse HEAD 2>/dev/null || cat "$FLASH_ATTN_ROCM_TINYGRAD/SNAPSHOT" 2>/dev/null || echo "(unknown snapshot)")"

@@ -174,8 +174,15 @@ unsafe fn arguments(call: &str, params: *mut *mut c_void, extra: *mut *mut c_voi
     }
 }
 
-fn launched_kernel(call: &str, function: Handle) -> Result<Kernel, i32> {
-    loaded().kernels.get(&(function as usize)).cloned().ok_or_else(|| fail(code::invalid_handle(), call, format!("function {function:?}")))
+/// The kernel of function handle `function` and the launch's arguments ([`arguments`]).
+///
+/// # Safety
+/// As [`arguments`].
+unsafe fn kernel_and_arguments(call: &str, function: Handle, params: *mut *mut c_void, extra: *mut *mut c_void) -> Result<(Kernel, Arguments), i32> {
+    let kernel = loaded().kernels.get(&(function as usize)).cloned();
+    let kernel = kernel.ok_or_else(|| fail(code::invalid_handle(), call, format!("function {function:?}")))?;
+    // SAFETY: the caller's contract for `extra`, passed on.
+    Ok((kernel, unsafe { arguments(call, params, extra) }?))
 }
 
 #[no_mangle]
@@ -194,8 +201,7 @@ pub unsafe extern "C" fn hipModuleLaunchKernel(
 ) -> i32 {
     let call = "hipModuleLaunchKernel";
     // SAFETY: HIP's contract for `extra`, passed on.
-    let launch = launched_kernel(call, function).and_then(|kernel| Ok((kernel, unsafe { arguments(call, params, extra) }?)));
-    match launch {
+    match unsafe { kernel_and_arguments(call, function, params, extra) } {
         Ok((kernel, arguments)) => run(call, &kernel, [gx, gy, gz], [bx, by, bz], dynamic_lds, stream, arguments),
         Err(status) => status,
     }
@@ -235,7 +241,7 @@ pub unsafe extern "C" fn hipExtModuleLaunchKernel(
         }
     }
     // SAFETY: HIP's contract for `extra`, passed on.
-    let status = match launched_kernel(call, function).and_then(|kernel| Ok((kernel, unsafe { arguments(call, params, extra) }?))) {
+    let status = match unsafe { kernel_and_arguments(call, function, params, extra) } {
         Ok((kernel, arguments)) => run(call, &kernel, grid, block, dynamic_lds as u32, stream, arguments),
         Err(status) => status,
     };

@@ -14,7 +14,9 @@ the GPU's clock under load depends on what ran before), at least 7 x `--rounds N
 and reports each one's median. `--dims` picks the dense prefill rows' head dims (varlen
 runs with d = 128 only; `--no-varlen` leaves it out). `--baseline OLD_BINARY`
 adds the prefill TFLOP/s and the decode times of another build (old beside new in the same run;
-a build with `--serve`, from the commit that added it on). Decode rows run the binary once per
+a build with `--serve`, from the commit that added it on); each prefill row then serves both
+builds from two processes each, started in mirrored order (`bench_timing.mirrored`: with one
+each, the one started second read up to 6% faster with the same binary in both places). Decode rows run the binary once per
 shape (its own 7 bursts, then SDPA's). Decode: b = 1..64, 32 query / 8 k/v heads, d=128, s_k = 1k..128k, beside PyTorch's
 fastest backend for it (cuDNN, memory-efficient or flash, enable_gqa), and the K/V bytes read
 per second as a fraction of the GPU's device-to-device copy bandwidth (read + write); paged
@@ -38,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bench_timing import Served, burst_size, interleaved
+from bench_timing import Served, burst_size, interleaved, mirrored
 
 
 def timed(fn, reps=7):
@@ -162,13 +164,16 @@ def prefill_row(binary, baseline, args, head, flops, torch_calls, baseline_colum
     if baseline_column is None:
         baseline_column = baseline is not None
     rounds = int(option("--rounds", "1"))
-    served = {"ours": Served(binary, args)}
     if baseline:
-        served["baseline"] = Served(baseline, args)
+        builds = {"ours": binary, "baseline": baseline}
+        served = mirrored(lambda name: Served(builds[name], args), list(builds))
+    else:
+        served = {"ours": [Served(binary, args)]}
     bursts = {name: torch_burst(fn) for name, fn in torch_calls().items()}
     times = interleaved({**bursts, **served}, 7 * rounds)
-    for proc in served.values():
-        proc.close()
+    for procs in served.values():
+        for proc in procs:
+            proc.close()
     ours_tf = flops / times.pop("ours") / 1e12
     old = f" {flops / times.pop('baseline') / 1e12:.1f} |" if baseline else (" |" if baseline_column else "")
     fa2_tf = flops / times["flash"] / 1e12 if "flash" in times else float("nan")

@@ -65,21 +65,37 @@ def turn_order(n, cycles, rng):
     return circuit[::-1]
 
 
+def mirrored(start, names):
+    """{name: [two timers]} from `start(name)` (which starts one timer, e.g. a `Served` process of
+    that name's binary), started in mirrored order (a b ... b a) so that start order and place in
+    the turn order are the same for every name. Two builds compared this way, one process each,
+    favoured whichever was started second (the `--baseline` one) by up to 6% on an H100, with
+    the same binary in both places; the cause is outside what the bursts can see, so each side
+    is given both places instead."""
+    timers = {name: [] for name in names}
+    for name in [*names, *reversed(names)]:
+        timers[name].append(start(name))
+    return timers
+
+
 def interleaved(bursts, reps):
     """{side: median seconds per call} over at least `reps` bursts per side (a multiple of twice
     the number of sides). `bursts` maps each side to a burst timer (a count n in, seconds per call of
-    a burst of n out); each side's burst is sized to about BURST_SECONDS, and the sides take turns
+    a burst of n out), or to a list of timers whose bursts are pooled into the side's median
+    (`mirrored`); each timer's burst is sized to about BURST_SECONDS, and the timers take turns
     burst by burst in `turn_order` (a fixed seed: the same order for every row)."""
-    names = list(bursts)
-    sizes = {name: burst_size(burst) for name, burst in bursts.items()}
+    units = [(name, timer) for name, timers in bursts.items()
+             for timer in (timers if isinstance(timers, list) else [timers])]
+    sizes = [burst_size(timer) for _, timer in units]
     # The order, then the same order backwards (the walk back uses every edge the other way:
-    # still every pair as often), so that each side's bursts sit symmetrically about the run's
+    # still every pair as often), so that each timer's bursts sit symmetrically about the run's
     # middle, where a clock drifting through the run puts every side's median.
-    half = turn_order(len(names), -(-reps // (2 * len(names))), random.Random(0))
+    half = turn_order(len(units), -(-reps // (2 * len(units))), random.Random(0))
     order = half + half[-2::-1]
-    times = {name: [] for name in names}
-    for i, side in enumerate(order):
-        seconds = bursts[names[side]](sizes[names[side]])
+    times = {name: [] for name in bursts}
+    for i, unit in enumerate(order):
+        name, timer = units[unit]
+        seconds = timer(sizes[unit])
         if i > 0:
-            times[names[side]].append(seconds)
+            times[name].append(seconds)
     return {name: statistics.median(t) for name, t in times.items()}

@@ -107,6 +107,30 @@ class InterleavedTest(unittest.TestCase):
             self.assertEqual(pairs, sorted((a, b) for a in names for b in names for _ in range(cycles)))
             self.assertEqual(runs[0], runs[-1])
 
+    def test_mirrored_processes_cancel_an_effect_of_start_order(self):
+        # One build in both places, on a GPU where a process runs faster the later it was started
+        # (by `step` per process started before it): in effect what an H100 showed for the
+        # `--baseline` build, started second. Pooled over mirrored starts, both places read alike.
+        rng = random.Random()
+        for _ in range(10):
+            per_call, step = rng.uniform(50e-6, 400e-6), rng.uniform(0.01, 0.03)
+            gpu = DriftingGpu({"cudnn": rng.uniform(50e-6, 400e-6), "ours": per_call, "baseline": per_call}, 0.0, 1.0)
+            started = []
+
+            def start(name):
+                faster = 1.0 - step * len(started)
+                started.append(name)
+                burst = gpu.timer(name)
+                return lambda n: burst(n) * faster
+
+            one_each = bt.interleaved({"cudnn": gpu.timer("cudnn"), "ours": start("ours"), "baseline": start("baseline")}, 21)
+            self.assertGreater(one_each["ours"] / one_each["baseline"], 1 + step / 2)
+            started.clear()
+            sides = bt.mirrored(start, ["ours", "baseline"])
+            self.assertEqual(started, ["ours", "baseline", "baseline", "ours"])
+            times = bt.interleaved({"cudnn": gpu.timer("cudnn"), **sides}, 21)
+            self.assertAlmostEqual(times["ours"] / times["baseline"], 1.0, delta=0.002)
+
     def test_bursts_are_sized_to_the_burst_length(self):
         for per_call in (3e-6, 70e-6, 1.3e-3, 0.05):
             gpu = DriftingGpu({"x": per_call}, 0.0, 1.0)

@@ -1,7 +1,7 @@
 """The GPU benchmark of the Triton path beside PyTorch, in one run, shape by shape.
 
     python3 scripts/bench_gpu.py BENCH_BINARY [--quick] [--prefill-only | --decode-only | --extras-only | --sd-only] [--baseline OLD_BINARY]
-                                 [--rounds N] [--dims 64,128,256] [--no-varlen]
+                                 [--rounds N] [--dims 64,128,256] [--lengths 512,4096] [--no-varlen]
 
 BENCH_BINARY is the `bench_gpu` example (built with `--features cuda-verify` for NVIDIA or
 `rocm` for AMD). Prefill: f16/bf16, d = 64, 128, 256 with h*d = 2048 (32, 16, 8 heads),
@@ -11,8 +11,8 @@ the row (cuDNN, flash or memory-efficient); varlen batches of mixed prompt lengt
 nested (jagged) tensors. Each prefill row times ours (a `bench_gpu --serve` process), the
 baseline and SDPA's backends in bursts of about 20 ms that take turns (`bench_timing.interleaved`:
 the GPU's clock under load depends on what ran before), at least 7 x `--rounds N` bursts each,
-and reports each one's median. `--dims` picks the dense prefill rows' head dims (varlen
-runs with d = 128 only; `--no-varlen` leaves it out). `--baseline OLD_BINARY`
+and reports each one's median. `--dims` picks the dense prefill rows' head dims and `--lengths`
+their prompt lengths (varlen runs with d = 128 only; `--no-varlen` leaves it out). `--baseline OLD_BINARY`
 adds the prefill TFLOP/s and the decode times of another build (old beside new in the same run;
 a build with `--serve`, from the commit that added it on); each prefill row then serves both
 builds from two processes each, started in mirrored order (`bench_timing.mirrored`: with one
@@ -141,6 +141,7 @@ def prefill(binary, baseline, quick):
     print(f"| prefill | dtype | d | b x s x h | causal |{old_col} ours TFLOP/s | FA2 TFLOP/s | best TFLOP/s (backend) | ours / FA2 | ours / best |")
     print("|---|---|---|---|---|" + ("---|" if baseline else "") + "---|---|---|---|---|")
     lengths = (512, 4096) if quick else (256, 512, 1024, 2048, 4096, 8192, 16384)
+    lengths = [int(s) for s in option("--lengths", ",".join(map(str, lengths))).split(",")]
     dims = [int(d) for d in option("--dims", "64,128,256").split(",")]
     for dtype_name, dtype in (("f16", torch.float16), ("bf16", torch.bfloat16)):
         for d, s in ((d, s) for d in dims for s in lengths):

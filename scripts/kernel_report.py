@@ -39,6 +39,10 @@ Columns and definitions:
               On a target without matrix cores (RDNA 2, gfx103x: Triton lowers tl.dot to
               `v_dot2*` for f16 and `v_fma*`/`v_fmac*` for bf16), the loop with the most dot/FMA
               MACs (fma_macs) instead.
+              The hot loop's stats also count its LDS operations (`ds_*`) and the fewest and
+              most instructions of one pass from its header back to it (loop_paths: a loop that
+              branches around per-tile work, as CK's masked key loop does, has two figures;
+              scripts/ck_gfx12_reference.py reports them).
   matrix      the hot loop's matrix instructions by mnemonic, and their MACs per wave (without
               matrix cores: its dot/FMA instructions).
   dots        per distinct `tt.dot` of the TTGIR: MxNxK and the warpsPerCTA of its result's
@@ -229,11 +233,54 @@ def loop_stats(blocks, indices, fma_wave=None, resources=()):
     matrix = collections.Counter(i.mnemonic for i in insns if macs_of(i.mnemonic))
     scratch = [i for i in insns if is_scratch_access(i, resources)]
     memory = [i for i in insns if not is_scratch_access(i, resources)]
-    return {"insns": len(insns), "matrix": dict(matrix),
+    return {"insns": len(insns), "matrix": dict(matrix), "lds": sum(i.mnemonic.startswith("ds_") for i in insns),
             "global_loads": sum(i.mnemonic.startswith("global_load") for i in memory),
             "buffer_loads": sum(i.mnemonic.startswith("buffer_load") for i in memory),
             "macs": sum(macs_of(m) * count for m, count in matrix.items()),
             "stores": sum("store" in i.mnemonic for i in scratch), "loads": sum("load" in i.mnemonic for i in scratch)}
+
+
+def block_successors(blocks, index):
+    """Indices of the blocks control may pass to from the end of blocks[index]: its branch
+    targets, and the next block unless it ends in an unconditional branch or the program's end."""
+    names = {b.name: i for i, b in enumerate(blocks)}
+    out, last = [], None
+    for insn in blocks[index].insns:
+        last = insn.mnemonic
+        if last == "s_branch" or last.startswith("s_cbranch"):
+            target = insn.operands.split(",")[-1].strip()
+            target = target[2:] if target.startswith(".LBB") else target
+            if target in names:
+                out.append(names[target])
+    if last not in ("s_branch", "s_endpgm", "s_setpc_b64") and index + 1 < len(blocks):
+        out.append(index + 1)
+    return out
+
+
+def loop_paths(blocks, header, indices):
+    """(fewest, most) instructions of one iteration of a loop: over the paths from its header
+    through its blocks back to the header (a nested loop's back edges are not followed). Where a
+    key loop branches around per-tile work (CK's per-pixel mask on the edge tiles), the fewest is
+    an interior tile's path and the most an edge tile's; a loop without such branches has one."""
+    members = set(indices)
+    start = next(i for i in members if blocks[i].name == header)
+    memo = {}
+
+    def walk(i, on_path):
+        if i in memo:
+            return memo[i]
+        ends = []
+        for j in block_successors(blocks, i):
+            if j == start:
+                ends.append((0, 0))
+            elif j in members and j not in on_path:
+                ends.append(walk(j, on_path | {j}))
+        size = len(blocks[i].insns)
+        memo[i] = (size + min(e[0] for e in ends), size + max(e[1] for e in ends)) if ends else (math.inf, -math.inf)
+        return memo[i]
+
+    fewest, most = walk(start, {start})
+    return (fewest, most) if most >= 0 else (None, None)
 
 
 def hot_loop(blocks, fma_wave=None):
@@ -251,6 +298,7 @@ def hot_loop(blocks, fma_wave=None):
     hot_blocks = set(find_loops(blocks)[best])
     loops = find_loops(blocks)
     others = [keyed[h] for h in keyed if h != best and not (set(loops[h]) & hot_blocks)]
+    keyed[best]["path_min"], keyed[best]["path_max"] = loop_paths(blocks, best, loops[best])
     return best, keyed[best], others
 
 

@@ -264,6 +264,55 @@ class LoopTest(unittest.TestCase):
         self.assertTrue(kr.is_scratch_access(insn, {"s[52:55]"}))
 
 
+def branching_loop_asm():
+    """A key loop shaped like CK's masked gfx12 forward: the edge tiles branch into a per-pixel
+    mask block that the interior tiles skip (header 17 instructions, mask 30, tail 23, latch 1)."""
+    wmma = fill(4, "v_wmma_f32_16x16x16_f16 v[0:7], v[8:15], v[16:23], v[0:7]")
+    return f"""	.text
+attn_fwd:
+{fill(6)}.LBB0_1:                                ; =>This Inner Loop Header: Depth=1
+{fill(10)}{wmma}	ds_load_b128 v[0:3], v4
+	ds_load_b128 v[4:7], v4 offset:16
+	s_cbranch_vccnz .LBB0_3
+; %bb.2:                                ;   in Loop: Header=BB0_1 Depth=1
+{fill(30, "v_cndmask_b32_e32 v0, v1, v2, vcc_lo")}.LBB0_3:                                ;   in Loop: Header=BB0_1 Depth=1
+{fill(20)}	ds_store_b64 v4, v[0:1]
+	ds_bpermute_b32 v5, v6, v7
+	s_cbranch_scc0 .LBB0_5
+; %bb.4:                                ;   in Loop: Header=BB0_1 Depth=1
+	s_branch .LBB0_1
+.LBB0_5:
+	s_endpgm
+.Lfunc_end0:
+""" + METADATA.format(target="gfx1201", vgprs=254, agprs=0, sgprs=47, threads=128, wave=32, scratch=0, spills=0,
+                      static_lds=9216)
+
+
+class LoopPathTest(unittest.TestCase):
+    def test_interior_and_edge_paths(self):
+        blocks = kr.parse_blocks(branching_loop_asm(), "attn_fwd")
+        header, hot, _ = kr.hot_loop(blocks)
+        self.assertEqual((header, hot["insns"], hot["lds"]), ("BB0_1", 71, 4))
+        self.assertEqual((hot["path_min"], hot["path_max"]), (41, 71))
+
+    def test_one_path_through_a_nested_loop(self):
+        # attn_fwd's hot loop holds an atomic retry loop: its back edge is not followed, its
+        # blocks count once, so both paths are the whole loop.
+        _, hot, _ = kr.hot_loop(kr.parse_blocks(kernel_asm(), "attn_fwd"))
+        self.assertEqual((hot["path_min"], hot["path_max"], hot["lds"]), (407, 407, 0))
+
+    def test_ck_reference_cells(self):
+        """scripts/ck_gfx12_reference.py's line: instructions per 4096 MACs without a mask, then
+        the masked instance's interior and edge tiles, LDS operations per 4096 MACs."""
+        import ck_gfx12_reference as ck
+        # 4 WMMAs per wave x 4 waves = 2 x 64 x 64 x 8 useful MACs per key tile.
+        row = kr.analyze(ck.CK, "gfx1201", "attn_fwd", "fwd", 64, 64, 8, 128, 0, branching_loop_asm(), None)
+        self.assertEqual((row["issued_useful"], row["insns_per_4096"]), (1.0, 71 * 4 / 16))
+        cells = ck.cells(row, row)
+        self.assertEqual(cells[:4], ["64x64, 4", "1.00", "17.8 / 10.2 (edge tiles 17.8)", "1.00"])
+        self.assertEqual(cells[4:], ["254", "5/14 (?)", "0/0", "0"])
+
+
 class TtgirTest(unittest.TestCase):
     def test_dot_layouts(self):
         self.assertEqual(kr.dot_layouts(TTGIR), [(32, 32, 128, "wmma", (8, 1), None), (32, 128, 32, "wmma", (2, 4), None)])

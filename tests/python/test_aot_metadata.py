@@ -319,6 +319,8 @@ class SplitTileTest(unittest.TestCase):
                 if family == "fwd" and (aot.target_kind(target) != "cdna" or fields["block_d"] not in aot.SPLIT_DIMS):
                     self.assertEqual(aot.split_options(target, fields), {}, (target, name))
         for family, kernel_class, block_d in aot.SPLIT_OPTIONS:
+            if family.startswith("gfx"):
+                family = aot.tile_family(family)
             self.assertIn((family, kernel_class), aot.TILES)
             self.assertIn(block_d, aot.SPLIT_DIMS)
 

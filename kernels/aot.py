@@ -280,11 +280,54 @@ TILES = {
 # gfx942 d = 160 with the extras: 256's
 # 8-warp 128x64 lays the 32-wide tail's PV product over 4 waves along its 32 columns, 1.30x the
 # matrix work, where 128's 4-warp tile does not.
+# CDNA (issue 57; triton 3.6, gfx942, hot key loop, instructions per 4096 useful MACs f16 / bf16,
+# exact head dim; gfx90a checked the same way, nothing issues more, spills or loses a wave):
+# - paged prefill d = 80 and 96 take d = 64's 128x64 (the 128 tile's 128x32 rescales the
+#   accumulators once per 32 keys): d = 80 15.0 / 16.5 -> 10.3 / 11.9 with MFMA 16x16 for every
+#   dot (SPLIT_OPTIONS; Triton's own choice at 128x64, 16x16 for the 16-wide PV tail only, 11.3
+#   with 5 spills), d = 96 11.8 / 13.0 -> 8.5 / 10.0 with kpack 2 (at 1: 8.5 with 3 spills);
+#   d = 64's own 10.1 / 12.6. 128x128 reloads 26 times per key tile at both.
+# - decode d = 80 and 160 at waves_per_eu 2 (no hint before): 11.6 / 13.2 -> 10.3 / 11.9 and
+#   11.7 / 12.7 -> 9.3 / 10.1, the paged and _b32 variants from 1 wave to 2. Without the hint
+#   LLVM keeps accumulators in AGPRs and copies them each key tile (v_accvgpr_*: 56 and 88 per
+#   tile of flat decode f16). d = 96 gains as much (11.3 -> 10.0) but six paged _b32 variants
+#   spill one VGPR, so it keeps no hint.
+# - flat prefill d = 80: MFMA 16x16 for every dot (SPLIT_OPTIONS), 6.0 / 7.6 -> 5.5 / 7.1. With
+#   Triton's choice the scores come from 32x32x8 and the 16-wide PV tail takes 16x16x16, so P
+#   crosses LDS in 16-bit stores and loads (ds_write_b16 32, ds_read_u16 32 per key tile); with
+#   16x16 everywhere it stays in registers, at twice the MFMA instructions for the same MFMA
+#   cycles (16x16x16 f16: 8 passes per 4096 MACs, 32x32x8: 16 per 8192), which this count
+#   charges: d = 64 at 16x16 issues 5.9. Tried and not taken (f16 d = 80 / 160): 32x32 for every
+#   dot (pads the tail to 32 columns, issued/useful 1.10: 5.4), kpack 2 (6.0 / 4.0),
+#   waves_per_eu 1 (7.5 / 6.0, one wave), the in-thread transpose off (6.9 / 5.0), 2 stages
+#   (5.7 with 17 spills; at 16x16 5.2 with 6), 128x128 and d = 160 at 128x64 (3.5, key-loop
+#   scratch), 64x64 / 64x128 / 8-warp tiles at 16x16 (d = 80 6.4-10.8, d = 160 5.0-8.2),
+#   256x32 / 256x64 on 8 waves (d = 80 7.4 / 6.1; d = 160 4.6 / 3.3 with key-loop scratch).
+# - flat prefill d = 160 on gfx942: schedule_hint "attention" (SPLIT_OPTIONS), 3.9 / 4.7 ->
+#   3.8 / 4.6 (d = 128 3.3 / 4.2; gfx90a keeps none, see there). Its 32x32 V tail (32 keys) is
+#   read from LDS 16 bits at a time (ds_read_u16 and v_perm, 32 of 312 instructions), as d = 80's
+#   16-wide one is: the in-thread transpose needs two key rows per thread, and a tail tile of
+#   1024 elements gives 256 threads 4 of one row. Loading the tail with its head-dim contiguity
+#   hidden from Triton (keys-contiguous LDS, 16-bit global loads) gave 305 (d = 80 at 16x16:
+#   430), not worth a change to attention.py. The rest is the accumulator rescale once per 32
+#   keys (80 values per lane), and 64-key tiles do not fit the registers.
 SPLIT_TILES = {
     ("rdna3", "prefill"): {80: (128, 32, 8, 1, 6), 96: (128, 32, 8, 1, 5)},
     ("rdna4", "prefill"): {80: (128, 64, 8, 1, 6), 96: (128, 64, 8, 1, 6)},
     ("rdna3_small", "prefill"): {80: (128, 32, 8, 1, 4), 96: (128, 32, 8, 1, 4)},
     ("cdna", "prefill_x"): {160: (128, 32, 4, 1, 2)},
+    ("cdna", "prefill_paged"): {80: (128, 64, 4, 1, 2), 96: (128, 64, 4, 1, 2)},
+    ("cdna", "decode"): {80: (16, 64, 1, 1, 2), 160: (16, 32, 1, 1, 2)},
+}
+# Triton compile options of the AMD backend per (tile family or target, kernel class, head-dim
+# tile): matrix_instr_nonkdim (16: MFMA 16x16x16, 32: 32x32x8; 0, Triton's choice per dot),
+# kpack and schedule_hint.
+SPLIT_OPTIONS = {
+    ("cdna", "prefill", 80): {"matrix_instr_nonkdim": 16},
+    ("cdna", "prefill_paged", 80): {"matrix_instr_nonkdim": 16},
+    ("cdna", "prefill_paged", 96): {"kpack": 2},
+    # gfx942 alone: on gfx90a the same hint issues 1.02-1.09x and spills more.
+    ("gfx942", "prefill", 160): {"schedule_hint": "attention"},
 }
 # attention_tma.attn_fwd_tma (Hopper, Gluon; family "fwd_tma"): BLOCK_M, BLOCK_N, num_warps,
 # num_stages (K/V ring buffers) per (target, class) and head dim, built as exact-head-dim f16/bf16
@@ -462,8 +505,8 @@ def tile_dim(block_d):
     return 1 << (block_d - 1).bit_length()
 
 
-def kernel_tile(target, fields):
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages, occupancy hint) of an attn_fwd variant."""
+def tile_key(target, fields):
+    """(tile family, kernel class): the TILES row of an attn_fwd variant."""
     family, kernel_class = tile_family(target), fields["tile"]
     if (f"{family}_{fields['dtype']}", kernel_class) in TILES:
         family = f"{family}_{fields['dtype']}"  # the dtype's own tiles (RDNA 2 bf16)
@@ -471,8 +514,22 @@ def kernel_tile(target, fields):
         kernel_class = "prefill_x"
     if fields["paged"] and (family, f"{kernel_class}_paged") in TILES:
         kernel_class = f"{kernel_class}_paged"  # the family's own paged tiles (prefill_paged, decode_paged)
-    own = SPLIT_TILES.get((family, kernel_class), {}).get(fields["block_d"])
-    return own or TILES[(family, kernel_class)][tile_dim(fields["block_d"])]
+    return family, kernel_class
+
+
+def kernel_tile(target, fields):
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages, occupancy hint) of an attn_fwd variant."""
+    key = tile_key(target, fields)
+    own = SPLIT_TILES.get(key, {}).get(fields["block_d"])
+    return own or TILES[key][tile_dim(fields["block_d"])]
+
+
+def split_options(target, fields):
+    """The AMD compile options (SPLIT_OPTIONS, by tile family or by target) of an attn_fwd
+    variant: none but at split tiles."""
+    family, kernel_class = tile_key(target, fields)
+    return {**SPLIT_OPTIONS.get((family, kernel_class, fields["block_d"]), {}),
+            **SPLIT_OPTIONS.get((target, kernel_class, fields["block_d"]), {})}
 
 
 def gpu_target(target):
@@ -806,6 +863,8 @@ def compile_one(job):
     if occupancy:
         # The tile's occupancy hint: waves per EU on AMD, registers per thread (maxnreg) on NVIDIA.
         options["maxnreg" if kind == "cuda" else "waves_per_eu"] = occupancy
+    if family == "fwd":
+        options.update(split_options(target, fields))
     # A knob, not an option: set per job (a pool worker compiles for several targets). Setting it
     # sets its environment variable, which is part of triton's cache key; None restores triton's
     # per-arch default (on for gfx942).

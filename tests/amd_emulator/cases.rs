@@ -100,8 +100,8 @@ fn prefill_head_dim_tiles(driver: &'static Driver) {
 /// The split head-dim tiles (a power of two and a tail in operands of their own): Stable
 /// Diffusion's 40 (on 48 = 32 + 16, masked; CDNA builds have no 48 tile and pad it to 64), 80 and
 /// 160 and Phi-3's 96 at their own tiles, 72 on
-/// the 80 tile (masked tail); flat decode at 80, paged decode at 96 (pages of 16) and keys split
-/// at 80, merged by the 128 tile's merge.
+/// the 80 tile (masked tail); flat decode at 80 and 160, paged decode at 96 and paged prefill at
+/// 80 and 96 (pages of 16) and keys split at 80, merged by the 128 tile's merge.
 fn split_head_dims(driver: &'static Driver) {
     let mut rng = rng();
     take_launches();
@@ -109,14 +109,22 @@ fn split_head_dims(driver: &'static Driver) {
     for dtype in DTYPES {
         flat_decode(driver, &mut rng, dtype, 80);
     }
+    flat_decode(driver, &mut rng, DType::F16, 160);
     let r = ragged(&mut rng, &[(1, 45), (1, 90)], (4, 1, 96), DType::BF16);
     check("paged decode BF16 d96 page 16", driver, paged_call(&r, 16, &mut rng, false));
+    // Paged prefill at 80 and 96: CDNA gives them launch tiles and compile options of their own
+    // (kernels/aot.py SPLIT_TILES, SPLIT_OPTIONS).
+    for (d, dtype) in [(80, DType::F16), (96, DType::BF16)] {
+        let r = ragged(&mut rng, &[(20, 45), (3, 70)], (2, 1, d), dtype);
+        check(&format!("paged prefill {dtype:?} d{d} page 16 causal"), driver, paged_call(&r, 16, &mut rng, true));
+    }
     split_decode(driver, &mut rng, 80);
     let cdna = driver.arch_name(0).is_ok_and(|arch| arch.starts_with("gfx9"));
     launched_must_include(
         "split_head_dims",
         &[if cdna { "fwd_prefill_fp16_d64p_" } else { "fwd_prefill_fp16_d48p_" }, "fwd_prefill_bf16_d80_", "fwd_prefill_fp16_d80p_", "fwd_prefill_fp16_d96_", "fwd_prefill_bf16_d160_",
-          "fwd_decode_fp16_d80_flat", "fwd_decode_bf16_d80_flat", "fwd_decode_bf16_d96_paged", "merge_fp16_d128"],
+          "fwd_decode_fp16_d80_flat", "fwd_decode_bf16_d80_flat", "fwd_decode_fp16_d160_flat", "fwd_decode_bf16_d96_paged",
+          "fwd_prefill_fp16_d80_paged", "fwd_prefill_bf16_d96_paged", "merge_fp16_d128"],
     );
 }
 

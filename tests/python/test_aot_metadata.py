@@ -312,6 +312,18 @@ class SplitTileTest(unittest.TestCase):
                 self.assertEqual((got["BLOCK_D"], got["BLOCK_D2"]), parts, (target, block_d))
                 self.assertEqual((got["BLOCK_M"], got["BLOCK_N"]), aot.kernel_tile(target, fields)[:2])
 
+    def test_compile_options_only_at_cdna_split_tiles(self):
+        # aot.SPLIT_OPTIONS: NVIDIA, RDNA and every power-of-two tile compile with no options of it.
+        for target in ("sm_80", "sm_90", "gfx90a", "gfx942", "gfx1030", "gfx1100", "gfx1103", "gfx1201"):
+            for name, family, fields in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target):
+                if family == "fwd" and (aot.target_kind(target) != "cdna" or fields["block_d"] not in aot.SPLIT_DIMS):
+                    self.assertEqual(aot.split_options(target, fields), {}, (target, name))
+        for family, kernel_class, block_d in aot.SPLIT_OPTIONS:
+            if family.startswith("gfx"):
+                family = aot.tile_family(family)
+            self.assertIn((family, kernel_class), aot.TILES)
+            self.assertIn(block_d, aot.SPLIT_DIMS)
+
     def test_variants_follow_the_power_of_two_above(self):
         def names(block_d, target):
             # The TMA kernels are built at the exact power-of-two head dims only.
@@ -329,10 +341,11 @@ class SplitTileTest(unittest.TestCase):
                                  names(above, target), (target, block_d))
                 for _, family, fields in aot.variants([block_d], list(aot.DTYPES), target):
                     if family == "fwd":
-                        own = [tiles[block_d] for (fam, cls), tiles in aot.SPLIT_TILES.items()
-                               if block_d in tiles and fam == aot.tile_family(target)
-                               and cls == ("prefill_x" if fields["tile"] == "prefill" and fields["extras"] else fields["tile"])
-                               and not (fields["paged"] and (fam, f"{cls}_paged") in aot.TILES)]
+                        cls = "prefill_x" if fields["tile"] == "prefill" and fields["extras"] else fields["tile"]
+                        if fields["paged"] and (aot.tile_family(target), f"{cls}_paged") in aot.TILES:
+                            cls = f"{cls}_paged"
+                        own = [tiles[block_d] for (fam, c), tiles in aot.SPLIT_TILES.items()
+                               if block_d in tiles and fam == aot.tile_family(target) and c == cls]
                         want = own[0] if own else aot.kernel_tile(target, dict(fields, block_d=above))
                         self.assertEqual(aot.kernel_tile(target, fields), want, (target, block_d))
                         self.assertEqual(aot.one_loop(target, fields), aot.one_loop(target, dict(fields, block_d=above)))

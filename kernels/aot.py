@@ -376,8 +376,8 @@ SPLIT_OPTIONS = {
 # 398; 3 stages 1-3% slower than 4, 192x64 x 6 below the two-consumer tile. (Causal 4 x 4096,
 # which the prefill class takes, 344 / 351 against 356 / 364.)
 TMA_TILES = {
-    ("sm90", "prefill"): {40: (64, 64, 4, 2), 64: (64, 64, 4, 2), 80: (64, 64, 4, 2), 96: (64, 64, 4, 2),
-                          128: (64, 64, 4, 2), 160: (64, 64, 4, 2), 256: (128, 64, 8, 2)},
+    ("sm90", "prefill"): {64: (64, 64, 4, 2), 80: (64, 64, 4, 2), 96: (64, 64, 4, 2), 128: (64, 64, 4, 2),
+                          160: (64, 64, 4, 2), 256: (128, 64, 8, 2)},
     ("sm90", "prefill_short"): {128: (64, 32, 4, 2), 256: (64, 32, 4, 2)},
     ("sm90", "prefill_ws"): {64: (192, 128, 4, 4), 128: (128, 128, 4, 2), 256: (128, 64, 4, 2)},
     ("sm90", "prefill_walk"): {128: (128, 64, 4, 4)},
@@ -617,39 +617,33 @@ def buffer_twin(target, fields):
     return (tile_family(target), fields["tile"], tile_dim(fields["block_d"]), fields["paged"]) not in B32_SKIP
 
 
-def fwd_variants(target, dtype, bd):
-    """The attn_fwd code objects of head-dim tile `bd` and `dtype` for `target`: (name, family,
-    fields)."""
-    out = []
-    for even in (True, False):
-        for paged in (False, True):
-            for tile in ("prefill", "prefill_short", "decode", "decode_batch"):
-                if not plain_class_built(target, tile, paged, bd):
-                    continue
-                plain_only = tile in PLAIN_FLAT_CLASSES or (tile == "decode" and not decode_extras(target, bd))
-                for extras in (False,) if plain_only else (False, True):
-                    name = "fwd_{}_{}_d{}{}_{}{}".format(
-                        tile, dtype, bd, "" if even else "p", "paged" if paged else "flat", "_x" if extras else "")
-                    fields = dict(tile=tile, dtype=dtype, block_d=bd, even_d=even, paged=paged, extras=extras,
-                                  ptr32=False)
-                    out.append((name, "fwd", fields))
-                    if buffer_twin(target, fields):
-                        out.append((name + "_b32", "fwd", dict(fields, ptr32=True)))
-    return out
-
-
 def variants(block_dims, dtypes, target=None):
     """Every code object of one target: (name, family, fields). Without a target, the 64-bit
     variants only (the buffer-addressing twins are per target)."""
     out = []
     for dtype in dtypes:
         for bd in block_dims:
-            if split_built(target, bd):
-                out.extend(fwd_variants(target, dtype, bd))
+            if not split_built(target, bd):
+                continue
+            for even in (True, False):
+                for paged in (False, True):
+                    for tile in ("prefill", "prefill_short", "decode", "decode_batch"):
+                        if not plain_class_built(target, tile, paged, bd):
+                            continue
+                        plain_only = tile in PLAIN_FLAT_CLASSES or (tile == "decode" and not decode_extras(target, bd))
+                        for extras in (False,) if plain_only else (False, True):
+                            name = "fwd_{}_{}_d{}{}_{}{}".format(
+                                tile, dtype, bd, "" if even else "p", "paged" if paged else "flat",
+                                "_x" if extras else "")
+                            fields = dict(tile=tile, dtype=dtype, block_d=bd, even_d=even, paged=paged,
+                                          extras=extras, ptr32=False)
+                            out.append((name, "fwd", fields))
+                            if buffer_twin(target, fields):
+                                out.append((name + "_b32", "fwd", dict(fields, ptr32=True)))
             for tile, (_, _, infix) in TMA_CLASSES.items():
-                for d in tma_dims(target, tile, bd):
-                    out.append((f"fwd_tma_{infix}{dtype}_d{d}", "fwd_tma",
-                                dict(tile=tile, dtype=dtype, block_d=d, even_d=True, paged=False, extras=False,
+                if target and bd in TMA_TILES.get((tile_family(target), tile), {}):
+                    out.append((f"fwd_tma_{infix}{dtype}_d{bd}", "fwd_tma",
+                                dict(tile=tile, dtype=dtype, block_d=bd, even_d=True, paged=False, extras=False,
                                      ptr32=False)))
         # The merges, at the power-of-two tiles: a split tile's splits are merged by the one above
         # it (the merge's time is its memory round trips, not its lanes), so a build of split
@@ -704,24 +698,6 @@ def tma_q_rows(tile, block_m):
     return CONSUMER_ROWS if tile in WS_CLASSES else block_m
 
 
-def tma_parts(head_dim):
-    """(first part, tail) of the TMA kernel's head-dim operands, what src/triton/tma.rs's
-    head_parts computes: the power of two at or below `head_dim` and the rest in a tail box of
-    16 or 32 columns, at least wgmma's K step of 16 (40 = 32 + a tail of 16 over the head's last
-    16 columns, 8 of which the first part holds too: attention_tma.py's _fwd_split)."""
-    first = 1 << (head_dim.bit_length() - 1)
-    return first, -(-(head_dim - first) // 16) * 16
-
-
-def tma_dims(target, tile, block_d):
-    """The head dims of TMA class `tile` that `target` builds under the head-dim tile `block_d`:
-    those of TMA_TILES whose tile (the smallest of BLOCK_DIMS holding them) is `block_d`, whether
-    or not `target` builds attn_fwd at that tile (sm_90 builds none at 48, but a TMA kernel at
-    40)."""
-    dims = TMA_TILES.get((tile_family(target), tile), {}) if target else {}
-    return [d for d in dims if min(t for t in BLOCK_DIMS if t >= d) == block_d]
-
-
 def tma_source(target, fields, dtype):
     """The compile source of one TMA variant: (kernel, GluonASTSource, its TMA_TILES entry). Each
     descriptor parameter is typed by its block and shared-memory layout (the NVMMA layout Triton
@@ -732,7 +708,7 @@ def tma_source(target, fields, dtype):
 
     module, kernel, _ = TMA_CLASSES[fields["tile"]]
     bd = fields["block_d"]
-    head_d, head_d2 = tma_parts(bd)
+    head_d, head_d2 = dim_parts(bd)
     if head_d2:
         kernel = TMA_SPLIT_KERNEL
     fn = getattr(importlib.import_module(module), kernel)
@@ -747,7 +723,7 @@ def tma_source(target, fields, dtype):
                 sig[name] = f"tensordesc<{dtype}[{rows}, {cols}],{layout!r}>"
     constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "HEAD_D": head_d, "STAGES": stages}
     if head_d2:
-        constexprs.update(HEAD_D2=head_d2, HEAD_DIM=bd)
+        constexprs["HEAD_D2"] = head_d2
     return fn, GluonASTSource(fn, sig, constexprs=constexprs, attrs=attrs), (bm, bn, warps, stages)
 
 
@@ -764,7 +740,7 @@ def tma_box_cols(cols):
 def check_tma_descriptors(what, meta, rows, dtype, block_d):
     """Refuses descriptors other than those src/triton/tma.rs encodes (`rows` per q, k and v
     descriptor pair, head dim `block_d`)."""
-    head_d, head_d2 = tma_parts(block_d)
+    head_d, head_d2 = dim_parts(block_d)
     # q_desc, k_desc, v_desc, then a split head dim's q2_desc, k2_desc, v2_desc (the kernels'
     # parameter order).
     want = [{"swizzle": swizzle, "elem_size": 2, "elem_type": TMA_ELEM_TYPES[dtype],

@@ -294,30 +294,27 @@ def _keys(start, q_len, k_len, window_right, ROWS: gl.constexpr, BLOCK_N: gl.con
     return diag, hi, n_full
 
 
-# Split head dims (kernels/aot.py's tma_parts): wgmma takes 40, 80, 96 or 160 columns, but Gluon's
+# Split head dims (kernels/aot.py's SPLIT_DIMS): wgmma takes 80, 96 or 160 columns, but Gluon's
 # tensors and shared buffers are powers of two, so each head-dim operand is two: the first HEAD_D
-# columns (a 64- or 128-byte swizzled box, as the power-of-two kernels load) and the last HEAD_D2
-# (16 or 32: their own descriptor, whose box and swizzle span are those columns' 32 or 64 bytes).
-# S takes two wgmmas into one accumulator, O two accumulators. The matrix work is that of the head
-# dim, not of the power of two above it. Where the rest is narrower than wgmma's K step of 16
-# (40 = 32 + 8), the tail box is the head's last 16 columns, which overlap the first part: the
-# overlapped columns of Q's tail are zeroed once, so S counts them once, and O takes them from the
-# first part. Every box stays inside its head: nothing of a neighbouring head (or of what a
-# strided view skips) is read, so no value there can reach S.
+# columns (a 128-byte swizzled box, as the power-of-two kernels load) and the last HEAD_D2 (16 or
+# 32: their own descriptor, whose box and swizzle span are those columns' 32 or 64 bytes). S takes
+# two wgmmas into one accumulator, O two accumulators. The matrix work is that of the head dim, not
+# of the power of two above it.
 
 
 @gluon.jit
-def _load_split(desc, desc2, ring, ring2, bars, tile, n_tiles, row0, col, col2, BLOCK_N: gl.constexpr,
+def _load_split(desc, desc2, ring, ring2, bars, tile, n_tiles, row0, col, BLOCK_N: gl.constexpr,
                 STAGES: gl.constexpr):
     """Queues the TMA loads of both parts of key tile `tile` (if the block has it) into their ring
-    buffers, on one barrier: the first part's box at column `col`, the tail's at `col2`."""
+    buffers, on one barrier."""
+    HEAD_D: gl.constexpr = ring.shape[2]
     stage = tile % STAGES
     has = tile < n_tiles
     mbarrier.expect(bars.index(stage), desc.block_type.nbytes + desc2.block_type.nbytes, pred=has)
     tma.async_copy_global_to_shared(desc, [row0 + tile * BLOCK_N, col], bars.index(stage), ring.index(stage),
                                     pred=has)
-    tma.async_copy_global_to_shared(desc2, [row0 + tile * BLOCK_N, col2], bars.index(stage), ring2.index(stage),
-                                    pred=has)
+    tma.async_copy_global_to_shared(desc2, [row0 + tile * BLOCK_N, col + HEAD_D], bars.index(stage),
+                                    ring2.index(stage), pred=has)
 
 
 @aggregate
@@ -338,13 +335,11 @@ class SplitRing:
     v_row0: gl.tensor
     k_col: gl.tensor
     v_col: gl.tensor
-    k_col2: gl.tensor
-    v_col2: gl.tensor
     n_tiles: gl.tensor
 
     @gluon.constexpr_function
     def __init__(self, k_desc, k2_desc, v_desc, v2_desc, k_ring, k2_ring, v_ring, v2_ring, k_bars, v_bars, k_row0,
-                 v_row0, k_col, v_col, k_col2, v_col2, n_tiles):
+                 v_row0, k_col, v_col, n_tiles):
         self.k_desc = k_desc
         self.k2_desc = k2_desc
         self.v_desc = v_desc
@@ -359,8 +354,6 @@ class SplitRing:
         self.v_row0 = v_row0
         self.k_col = k_col
         self.v_col = v_col
-        self.k_col2 = k_col2
-        self.v_col2 = v_col2
         self.n_tiles = n_tiles
 
     @gluon.jit
@@ -369,9 +362,9 @@ class SplitRing:
         STAGES: gl.constexpr = self.k_ring.shape[0]
         BLOCK_N: gl.constexpr = self.k_ring.shape[1]
         _load_split(self.k_desc, self.k2_desc, self.k_ring, self.k2_ring, self.k_bars, k_tile, self.n_tiles,
-                    self.k_row0, self.k_col, self.k_col2, BLOCK_N, STAGES)
+                    self.k_row0, self.k_col, BLOCK_N, STAGES)
         _load_split(self.v_desc, self.v2_desc, self.v_ring, self.v2_ring, self.v_bars, v_tile, self.n_tiles,
-                    self.v_row0, self.v_col, self.v_col2, BLOCK_N, STAGES)
+                    self.v_row0, self.v_col, BLOCK_N, STAGES)
 
     @gluon.jit
     def release(self, k_tile, v_tile):
@@ -431,10 +424,9 @@ def _step_split(j, q_smem, q2_smem, kr, acc, acc2, p, p2, alpha, m_i, l_i, qk_sc
 
 @gluon.jit
 def _store_part(acc, inv_l, buf, Out, out_row, row, q_len, head, num_heads, COL0: gl.constexpr,
-                D_ALL: gl.constexpr, FROM: gl.constexpr, o_layout: gl.constexpr):
-    """Stores the head-dim part `acc` (columns COL0 on of rows D_ALL wide; those from FROM on) of
-    O = acc / l through `buf` (shared memory of its shape that no wgmma reads any more), as 16-byte
-    rows."""
+                D_ALL: gl.constexpr, o_layout: gl.constexpr):
+    """Stores the head-dim part `acc` (columns COL0 on of rows D_ALL wide) of O = acc / l through
+    `buf` (shared memory of its shape that no wgmma reads any more), as 16-byte rows."""
     BLOCK_M: gl.constexpr = buf.shape[0]
     D: gl.constexpr = buf.shape[1]
     out = (acc * gl.convert_layout(inv_l, gl.SliceLayout(1, o_layout))[:, None]).to(buf.dtype)
@@ -446,23 +438,7 @@ def _store_part(acc, inv_l, buf, Out, out_row, row, q_len, head, num_heads, COL0
     out_row = gl.convert_layout(out_row, gl.SliceLayout(1, rows_layout))
     col = COL0 + gl.arange(0, D, layout=gl.SliceLayout(0, rows_layout))
     at = Out + (out_row * num_heads + head)[:, None] * D_ALL + col[None, :]
-    if FROM > COL0:
-        gl.store(at, out, mask=(row < q_len)[:, None] & (col >= FROM)[None, :])
-    else:
-        gl.store(at, out, mask=(row < q_len)[:, None])
-
-
-@gluon.jit
-def _zero_overlap(q2_smem, OVERLAP: gl.constexpr):
-    """Zeroes the first OVERLAP columns of Q's tail (columns the first part holds too) and orders
-    the stores before the wgmmas read it."""
-    D: gl.constexpr = q2_smem.shape[1]
-    rows_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // D, D // 8], [gl.num_warps(), 1], [1, 0])
-    q2 = q2_smem.load(rows_layout)
-    col = gl.arange(0, D, layout=gl.SliceLayout(0, rows_layout))
-    q2_smem.store(gl.where((col >= OVERLAP)[None, :], q2, gl.zeros_like(q2)))
-    fence_async_shared()
-    gl.thread_barrier()
+    gl.store(at, out, mask=(row < q_len)[:, None])
 
 
 @gluon.jit
@@ -470,12 +446,9 @@ def _fwd_split(q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc, Out, Lse, CuSe
                stride_qh, stride_kh, stride_vh, q_batch_rows, k_batch_rows, v_batch_rows, stride_lb, stride_lh,
                is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads, num_heads_k, window_right,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, HEAD_D2: gl.constexpr,
-               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr):
-    """`attn_fwd_tma` at a split head dim HEAD_DIM: its schedule, each head-dim operand in two
-    parts, the first HEAD_D columns and the last HEAD_D2 (which overlap the first part where
-    HEAD_D + HEAD_D2 > HEAD_DIM)."""
-    TAIL0: gl.constexpr = HEAD_DIM - HEAD_D2
-    OVERLAP: gl.constexpr = HEAD_D - TAIL0
+               STAGES: gl.constexpr):
+    """`attn_fwd_tma` at a split head dim HEAD_D + HEAD_D2: its schedule, each head-dim operand in
+    two parts."""
     num_warps: gl.constexpr = gl.num_warps()
     dtype: gl.constexpr = q_desc.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -510,7 +483,7 @@ def _fwd_split(q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc, Out, Lse, CuSe
                    gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], v_desc.layout),
                    gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D2], v2_desc.layout),
                    k_bars, v_bars, k_start + b * k_batch_rows, k_start + b * v_batch_rows, head_k * stride_kh,
-                   head_k * stride_vh, head_k * stride_kh + TAIL0, head_k * stride_vh + TAIL0, n_tiles)
+                   head_k * stride_vh, n_tiles)
     mbarrier.init(q_bar, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_bars.index(i), count=1)
@@ -519,14 +492,12 @@ def _fwd_split(q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc, Out, Lse, CuSe
 
     mbarrier.expect(q_bar, q_desc.block_type.nbytes + q2_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [q_row0, q_col], q_bar, q_smem)
-    tma.async_copy_global_to_shared(q2_desc, [q_row0, q_col + TAIL0], q_bar, q2_smem)
+    tma.async_copy_global_to_shared(q2_desc, [q_row0, q_col + HEAD_D], q_bar, q2_smem)
     for i in gl.static_range(STAGES):
         kr.load(i, i)
 
     # Tile 0: S_0 and its softmax (masked unless every row sees all of it).
     mbarrier.wait(q_bar, 0)
-    if OVERLAP > 0:
-        _zero_overlap(q2_smem, OVERLAP)
     s = warpgroup_mma_wait(0, deps=[_scores_split(q_smem, q2_smem, kr, 0, s_layout)])
     m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.full([BLOCK_M], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
@@ -537,8 +508,8 @@ def _fwd_split(q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc, Out, Lse, CuSe
     acc = gl.zeros([BLOCK_M, HEAD_D], gl.float32, o_layout)
     acc2 = gl.zeros([BLOCK_M, HEAD_D2], gl.float32, o2_layout)
     gl.thread_barrier()
-    _load_split(k_desc, k2_desc, kr.k_ring, kr.k2_ring, k_bars, STAGES, n_tiles, kr.k_row0, kr.k_col,
-                kr.k_col2, BLOCK_N, STAGES)
+    _load_split(k_desc, k2_desc, kr.k_ring, kr.k2_ring, k_bars, STAGES, n_tiles, kr.k_row0, kr.k_col, BLOCK_N,
+                STAGES)
 
     # Steps 0 .. n_tiles - 2: those whose next tile every row sees whole, then the masked ones.
     for j in range(0, n_full - 1):
@@ -572,8 +543,8 @@ def _fwd_split(q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc, Out, Lse, CuSe
     inv_l = 1.0 / gl.where(empty, 1.0, l_i)
     out_row = (b * seqlen_q * (1 - is_varlen) + q_start + row).to(gl.int64)
     gl.thread_barrier()
-    _store_part(acc, inv_l, q_smem, Out, out_row, row, q_len, head, num_heads, 0, HEAD_DIM, 0, o_layout)
-    _store_part(acc2, inv_l, q2_smem, Out, out_row, row, q_len, head, num_heads, TAIL0, HEAD_DIM, HEAD_D,
+    _store_part(acc, inv_l, q_smem, Out, out_row, row, q_len, head, num_heads, 0, HEAD_D + HEAD_D2, o_layout)
+    _store_part(acc2, inv_l, q2_smem, Out, out_row, row, q_len, head, num_heads, HEAD_D, HEAD_D + HEAD_D2,
                 o2_layout)
 
 
@@ -675,13 +646,13 @@ def attn_fwd_tma_split(
     is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap,
     num_heads, num_heads_k, window_right, batch,
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, HEAD_D2: gl.constexpr,
-    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+    STAGES: gl.constexpr,
 ):
-    """`attn_fwd_tma` at a split head dim HEAD_DIM (40 = 32 + 8 in a tail of 16, 80 = 64 + 16,
-    96 = 64 + 32, 160 = 128 + 32): the first HEAD_D columns of q, k and v through q/k/v_desc, the
-    last HEAD_D2 through q2/k2/v2_desc ([`_fwd_split`]); `batch` is unread, as there. Its own
-    kernel, so that the power-of-two kernels keep their parameter list (three descriptors)."""
+    """`attn_fwd_tma` at a split head dim HEAD_D + HEAD_D2 (80 = 64 + 16, 96 = 64 + 32, 160 = 128 +
+    32): the first HEAD_D columns of q, k and v through q/k/v_desc, the last HEAD_D2 through
+    q2/k2/v2_desc ([`_fwd_split`]); `batch` is unread, as there. Its own kernel, so that the
+    power-of-two kernels keep their parameter list (three descriptors)."""
     _fwd_split(q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc, Out, Lse, CuSeqQ, CuSeqK, Fault, sm_scale,
                stride_qh, stride_kh, stride_vh, q_batch_rows, k_batch_rows, v_batch_rows, stride_lb, stride_lh,
                is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads, num_heads_k,
-               window_right, BLOCK_M, BLOCK_N, HEAD_D, HEAD_D2, HEAD_DIM, STAGES)
+               window_right, BLOCK_M, BLOCK_N, HEAD_D, HEAD_D2, STAGES)

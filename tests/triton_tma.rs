@@ -48,21 +48,15 @@ fn sm90_image(family: Family, tile: Tile, block_d: u32, paged: bool, extras: boo
 }
 
 /// sm_90's f16 kernels at exact head dims 64, 80, 96 (here an exact 96 image that has no TMA
-/// twin), 128, 160 and 256 (64's padded too), with TMA images at 40 (whose attn_fwd kernels are
-/// the 64 tile's padded ones), 64, 80, 128, 160 and 256 (128 rows at 256, as kernels/aot.py
-/// builds them), of the warp-specialized class at the powers of two, of the short class at 128
-/// and 256 and of the walking class at 128.
+/// twin), 128, 160 and 256, with TMA images at 64, 80, 128, 160 and 256 (128 rows at 256, as
+/// kernels/aot.py builds them), of the warp-specialized class at the powers of two, of the short
+/// class at 128 and 256 and of the walking class at 128.
 fn sm90_images() -> &'static [KernelImage] {
-    let mut all = vec![sm90_image(Family::FwdTma, Tile::Prefill, 40, false, false)];
+    let mut all = Vec::new();
     for block_d in [64, 80, 96, 128, 160, 256] {
         for (paged, extras) in [(false, false), (false, true), (true, false), (true, true)] {
-            for tile in [Tile::Prefill, Tile::Decode] {
-                all.push(sm90_image(Family::Fwd, tile, block_d, paged, extras));
-                if block_d == 64 {
-                    // The padded variants d = 40 runs on.
-                    all.push(KernelImage { even_d: false, ..sm90_image(Family::Fwd, tile, block_d, paged, extras) });
-                }
-            }
+            all.push(sm90_image(Family::Fwd, Tile::Prefill, block_d, paged, extras));
+            all.push(sm90_image(Family::Fwd, Tile::Decode, block_d, paged, extras));
         }
         all.push(sm90_image(Family::Merge, Tile::Merge, block_d, false, false));
         if block_d != 96 {
@@ -91,7 +85,7 @@ fn request(window: (Option<usize>, Option<usize>), softcap: Option<f32>) -> Requ
 
 /// Random batch calls, each with whether the TMA kernel serves it (the rule restated: a plain
 /// call, no left window, >= 64 queries, heads inside a row, head dim 64, 128 or 256, or a split
-/// one, 40, 80 or 160 here, where its TMA image is built: 96 has none here) and which
+/// one, 80 or 160 here, where its TMA image is built: 96 has none here) and which
 /// class (short: at most 256 keys at d = 128, 512 at d = 256 with a diagonal; warp-specialized:
 /// at d = 128 and 256 from 512 keys without a diagonal, from 2048 with one at d = 128 and past the
 /// short class at d = 256, at d = 64 past 2048 keys, or 4096 with a diagonal; else the prefill
@@ -108,7 +102,7 @@ fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
         let b = rng.gen_range(1..5);
         let s_q = [1, 16, 63, 64, 100, 300, 1100][rng.gen_range(0..7)];
         let s_k = [1, 64, 255, 256, 257, 511, 512, 513, 767, 768, 1024, 1025, 2048, 2049, 4096, 4097, 9000][rng.gen_range(0..17)];
-        let d = [40, 64, 80, 96, 128, 160, 256][rng.gen_range(0..7)];
+        let d = [64, 80, 96, 128, 160, 256][rng.gen_range(0..6)];
         let h_k = rng.gen_range(1..4);
         let h = h_k * rng.gen_range(1..4);
         let (window, diagonal, left) = [
@@ -130,7 +124,7 @@ fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
         let walks = common::tma_rule::walks(d, diagonal, s_k);
         // A left window wider than the keys is no window.
         let left_bounds = left && 30 < s_k;
-        let serves = [40, 64, 80, 128, 160, 256].contains(&d)
+        let serves = [64, 80, 128, 160, 256].contains(&d)
             && softcap.is_none()
             && !left_bounds
             && s_q >= 64
@@ -264,13 +258,12 @@ fn tma_views_address_every_element_as_the_layouts_do() {
         assert_eq!((args.window_right, args.is_varlen, args.seqlen_q, args.seqlen_k), (0, 0, s_q as i32, s_k as i32));
         assert_eq!((args.out, args.lse, args.fault, args.num_heads, args.num_heads_k), (fwd.out, fwd.lse, fwd.fault, h as i32, h_k as i32));
     }
-    // A split head dim (80 = 64 + 16, 160 = 128 + 32, 40 = 32 + a tail of 16): the same views
-    // twice, the first part's in boxes of 64 columns or of its width (d = 40: 32, the swizzle span
-    // its 64 bytes), the tail's in boxes of its 16 or 32 columns (its 32 or 64 bytes); the kernel
-    // reads the tail at column `head * head_stride + d - rest` of them, inside the head.
-    for (d, first, rest) in [(80, 64, 16), (160, 128, 32), (40, 32, 16)] {
+    // A split head dim (80 = 64 + 16, 160 = 128 + 32): the same views twice, the tail's in boxes
+    // of its 16 or 32 columns (its 32 or 64 bytes the swizzle span); the kernel reads the tail at
+    // column `head * head_stride + 64` (or 128) of them.
+    for (d, rest) in [(80, 16), (160, 32)] {
         let image = sm90_images().iter().find(|i| i.family == Family::FwdTma && i.tile == Tile::Prefill && i.block_d == d).unwrap();
-        assert_eq!(tma::head_parts(d), (first, rest));
+        assert_eq!(tma::head_parts(d), (d - rest, rest));
         let (b, s, h) = (2, 300, 4);
         let q = zeros(&[b, s, h, d as usize]);
         let call = AttnCall::new(&request((None, None), None), [DType::F16; 3], q.layout(), q.layout(), q.layout()).unwrap();
@@ -279,7 +272,7 @@ fn tma_views_address_every_element_as_the_layouts_do() {
         let fwd = fwd_args(&call, &BUFFERS, &plan).unwrap();
         let views = tma::views(&call, &fwd, image);
         for part in 0..3 {
-            assert_eq!((views[part].box_cols, views[part].swizzle_bytes()), (first.min(64), 2 * first.min(64)));
+            assert_eq!((views[part].box_cols, views[part].swizzle_bytes()), (64, 128));
             assert_eq!((views[part + 3].box_cols, views[part + 3].swizzle_bytes()), (rest, 2 * rest));
             assert_eq!(views[part + 3], flash_attn_rocm::device::TiledView { box_cols: rest, ..views[part] });
         }

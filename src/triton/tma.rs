@@ -19,13 +19,13 @@ use candle::Result;
 /// 460 against 440. At d = 256 its 128-row tile takes every length (docs/bench-gpu-h200.md). The
 /// warp-specialized class takes the longer prompts at every head dim ([`ws_keys`]).
 ///
-/// The split head dims ([`head_parts`]: 40, 80, 96, 160) have the prefill class alone, at every length:
+/// The split head dims ([`head_parts`]: 80, 96, 160) have the prefill class alone, at every length:
 /// against cuDNN (JIT on an H100, f16, 16384 tokens per call, best of 3 alternating turns) d = 80
 /// 1.01-1.10x, d = 96 0.87-0.98x, d = 160 0.89-0.97x from 16 x 1024 to 4 x 4096, where the `tl`
 /// kernels' split tiles ran 0.84-0.91x at d = 80 and 96 (kernels/aot.py's TMA_TILES).
 pub fn max_keys(head_dim: usize, diagonal: bool) -> usize {
     match (head_dim, diagonal) {
-        (40 | 80 | 96 | 160 | 256, _) => usize::MAX,
+        (80 | 96 | 160 | 256, _) => usize::MAX,
         (_, false) => 2048,
         (_, true) => 4096,
     }
@@ -139,15 +139,17 @@ const MAX_GRID_Y: usize = 65535;
 pub const BOX_COLS: u32 = 64;
 
 /// The two parts of head dim `head_dim` as the TMA kernel reads them (kernels/aot.py's
-/// tma_parts): the power of two below it and the rest in a tail of whole 16-column wgmma steps
-/// (80 = 64 + 16, 96 = 64 + 32, 160 = 128 + 32; 40 = 32 + a tail of 16, the head's last 16
-/// columns, 8 of them the first part's too), or the power of two and 0. The tail goes through
-/// its own descriptors, in one box of its width (16 or 32 columns, kernels/aot.py's
-/// tma_box_cols), which the kernel places at the head's last columns: no box reaches past its
-/// head.
+/// SPLIT_DIMS): the power of two below it and the rest (80 = 64 + 16, 96 = 64 + 32, 160 = 128 +
+/// 32), or the power of two and 0. The rest goes through its own descriptors, in one box of its
+/// width (16 or 32 columns, kernels/aot.py's tma_box_cols).
 pub fn head_parts(head_dim: u32) -> (u32, u32) {
-    let pow2 = 1 << (31 - head_dim.leading_zeros());
-    (pow2, (head_dim - pow2).div_ceil(16) * 16)
+    match head_dim.is_power_of_two() {
+        true => (head_dim, 0),
+        false => {
+            let pow2 = 1 << (31 - head_dim.leading_zeros());
+            (pow2, head_dim - pow2)
+        }
+    }
 }
 
 /// Whether the TMA kernel serves `call` (given an image of its dtype and head dim): plain
@@ -193,8 +195,7 @@ pub fn views(call: &AttnCall, fwd: &FwdArgs, image: &KernelImage) -> [TiledView;
             cols: ((heads - 1) * tensor.head_stride + call.head_dim) as u64,
             row_stride_bytes: (tensor.row_stride * ELEM) as u64,
             box_rows,
-            // A first part narrower than a box (d = 40's 32 columns): one box of its width.
-            box_cols: BOX_COLS.min(head_parts(image.block_d).0),
+            box_cols: BOX_COLS,
         }
     };
     let kv_rows = fwd.kv_rows as usize;

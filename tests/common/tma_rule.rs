@@ -3,10 +3,10 @@
 
 /// Keys up to which the one-warpgroup prefill class serves a call of head dim `d`, with or
 /// without a diagonal (a right window no wider than the keys): 2048 or 4096 at d = 64 and 128,
-/// any number at d = 256 and at the split head dims 40, 80, 96 and 160 (their only class).
+/// any number at d = 256 and at the split head dims 80, 96 and 160 (their only class).
 pub fn prefill_keys(d: usize, diagonal: bool) -> usize {
     match (d, diagonal) {
-        (40 | 80 | 96 | 160 | 256, _) => usize::MAX,
+        (80 | 96 | 160 | 256, _) => usize::MAX,
         (_, true) => 4096,
         (_, false) => 2048,
     }

@@ -350,22 +350,10 @@ class SplitTileTest(unittest.TestCase):
                         self.assertEqual(aot.kernel_tile(target, fields), want, (target, block_d))
                         self.assertEqual(aot.one_loop(target, fields), aot.one_loop(target, dict(fields, block_d=above)))
         # sm_90's TMA kernel at the split head dims: its prefill class alone, at 80, 96 and 160
-        # (two descriptors per tensor: a power of two and a tail of 16 or 32 columns), and at 40
-        # under the 48 tile, which sm_90 builds no attn_fwd kernel at.
+        # (two descriptors per tensor: a power of two and a tail of 16 or 32 columns).
         self.assertEqual(sorted(n for n, family, _ in aot.variants(list(aot.SPLIT_DIMS), list(aot.DTYPES), "sm_90")
                                 if family == "fwd_tma"),
-                         sorted(f"fwd_tma_{dt}_d{d}" for dt in aot.DTYPES for d in (40, 80, 96, 160)))
-        self.assertEqual([n for n, family, _ in aot.variants([64], ["fp16"], "sm_90") if family == "fwd_tma"],
-                         ["fwd_tma_fp16_d64", "fwd_tma_ws_fp16_d64"])
-
-    def test_the_tma_kernel_reads_whole_wgmma_steps(self):
-        # The TMA kernel's parts (src/triton/tma.rs head_parts): the power of two at or below the
-        # head dim and the rest in whole steps of 16 columns, the tail box within the head.
-        for d, parts in ((40, (32, 16)), (80, (64, 16)), (96, (64, 32)), (160, (128, 32)), (64, (64, 0)),
-                         (256, (256, 0))):
-            self.assertEqual(aot.tma_parts(d), parts, d)
-            first, tail = parts
-            self.assertTrue(tail % 16 == 0 and first + tail >= d and d - tail >= 0, d)
+                         sorted(f"fwd_tma_{dt}_d{d}" for dt in aot.DTYPES for d in (80, 96, 160)))
 
 
 @unittest.skipUnless(have_triton(), "needs triton (the build's venv)")

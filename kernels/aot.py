@@ -350,7 +350,11 @@ SPLIT_OPTIONS = {
 # stages at d = 80 1.04 / 1.08, 1.01 / 1.10, d = 96 0.96 / 0.96, 0.89 / 0.98, d = 160 0.91 / 0.89,
 # 0.92 / 0.97; 128x64 x 8 warps d = 80 0.92 / 0.95, 0.94 / 0.97, d = 96 0.92 / 0.94, 0.87 / 0.90,
 # d = 160 0.69 / 0.72, 0.73 / 0.79; 64x128 below 64x64 but at d = 96 4 x 4096 causal (0.97); 3
-# stages slower (one run: d = 160 0.61-0.67 against 0.87-0.98).
+# stages slower (one run: d = 160 0.61-0.67 against 0.87-0.98). d = 40 has none: a kernel with a
+# 32-column first part and a 16-column tail box over the head's last 16 (the 8 columns both hold
+# zeroed in Q's tail; commit f65759a, reverted) ran and matched on an H100 but was slower than the
+# `tl` kernels' 64 tile (bench_gpu old beside new, f16, TFLOP/s: 4 x 4096 x 51 heads 181.9 against
+# 247.7, causal 176.7 / 218.2, 32 x 512 164.5 / 188.2; SD 1.5's 2 x 4096 x 8 176.2 / 225.8).
 #
 # The warp-specialized class (attention_ws.attn_fwd_tma_ws, "prefill_ws"): 128 query rows per
 # program (192 at d = 64, below), each 64 one consumer warpgroup's (num_warps is a consumer's), a

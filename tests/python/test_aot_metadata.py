@@ -329,10 +329,13 @@ class SplitTileTest(unittest.TestCase):
                                  names(above, target), (target, block_d))
                 for _, family, fields in aot.variants([block_d], list(aot.DTYPES), target):
                     if family == "fwd":
-                        own = [tiles[block_d] for (fam, cls), tiles in aot.SPLIT_TILES.items()
-                               if block_d in tiles and fam == aot.tile_family(target)
-                               and cls == ("prefill_x" if fields["tile"] == "prefill" and fields["extras"] else fields["tile"])
-                               and not (fields["paged"] and (fam, f"{cls}_paged") in aot.TILES)]
+                        fam = aot.tile_family(target)
+                        cls = "prefill_x" if fields["tile"] == "prefill" and fields["extras"] else fields["tile"]
+                        # A family's own paged class, with split tiles of its own where SPLIT_TILES has them.
+                        if fields["paged"] and (fam, f"{cls}_paged") in aot.TILES:
+                            cls = f"{cls}_paged"
+                        own = [tiles[block_d] for (f, c), tiles in aot.SPLIT_TILES.items()
+                               if block_d in tiles and (f, c) == (fam, cls)]
                         want = own[0] if own else aot.kernel_tile(target, dict(fields, block_d=above))
                         self.assertEqual(aot.kernel_tile(target, fields), want, (target, block_d))
                         self.assertEqual(aot.one_loop(target, fields), aot.one_loop(target, dict(fields, block_d=above)))

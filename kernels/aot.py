@@ -74,6 +74,14 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   20.0, 39 scratch loads in the key loop against its 35; gfx1103 at waves_per_eu 4 22.0, 36
 #   loads, against AMD's 26.0 with 24 stores and 84 loads); gfx12 128x16 (16.7 against 14.0; f16
 #   without key-loop scratch, bf16 2 loads; 128x32 gave 14.3 with 10 before the scale fold).
+#   With the in-thread transpose of V (ITT_MAX_DIM) the flat and paged prefill tiles take
+#   waves_per_eu 5, which costs nothing here: their 64 KiB of LDS allow 4 waves either way.
+#   gfx12 128x16 at 5 (256 VGPRs): f16 / bf16 flat 11.4 / 12.5, paged 18.9 / 20.2, no scratch in
+#   any key loop (at 6 with the transpose flat 11.5 / 12.5 with 2 / 1 reloads in the hot loop;
+#   128x32 at 5 9.0 with 9, at 6 9.1 with 14; 128x64 at 4 7.9 with 33; 64x16 at 5 12.9 with 1).
+#   gfx11 128x32 at 5: flat 11.1 / 12.3 (hot-loop scratch loads 28 -> 33 / 31 per 32 keys; at 6
+#   11.2 with 37; 128x16 at 5 14.8 with 28 per 16 keys; 128x64 at 5 9.5 with 50 and 20 stores in
+#   the masked loops), paged 17.2 / 18.8 (26.4 / 27.7 before; loads 35 -> 37).
 # - gfx1151 (RDNA 3.5) has gfx1100's register file and takes its tiles; AMD's kernel has a config
 #   of its own there (128x64, waves_per_eu 2): ours issues as many at d = 128 (21.8 / 24.6 against
 #   22.2 / 25.4, 6 waves against 5), 1.11x / 1.07x at d = 64 (24.8 / 28.9 against 22.3 / 26.9, 7
@@ -129,6 +137,21 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   twice in the key loop (since the output is normalized by one reciprocal per row, which moved
 #   LLVM's register allocation), at 5 no d = 32 extras variant reads scratch in any key loop
 #   (f16 paged 148.0 per 4096 MACs against 145.5 at 6, flat 145.4 against 147.8).
+#   These figures predate the in-thread transpose of V (in_thread_transpose below), which
+#   rdna3_small now takes (f16 / bf16 per 4096 MACs, before -> after): d = 128 prefill on the
+#   same 128x64 at 4 waves 21.9 / 24.8 -> 11.0 / 13.8 (8 / 5 spills, none in a key loop), paged
+#   128x32 29.1 / 31.8 -> 19.5 / 22.4, decode 0.69-0.91x. d = 64 prefill moved to 64x32 over 4
+#   waves at waves_per_eu 6 (28.6 / 34.4 at 7 waves -> 19.3 / 25.6 at 6, AMD's occupancy; 128x32
+#   of 8 waves covers 32 key rows per pass, too few for the transpose): 128x64 at 5 issues
+#   16.0 / 21.6 at 5 waves, at 6 it reloads 9 times in the key loop (at 7 20), 64x64 at 5 17.0,
+#   at 6 13 reloads, 64x32 at 7 reloads once in a masked loop. 64-row blocks read K and V twice
+#   as often per query row as 128-row ones (for L2 to catch). d = 64 paged keeps 128x32 at 6 (no
+#   transpose there): 128x64 at 5 (0.60-0.68x) makes the _b32 twins reload once in the hot loop
+#   and 10-38 times in the masked ones, at 4 none do (19.2 / 24.6) but with 4 waves against 6;
+#   64x32 at 6 reloads 4-12 times in the masked loops. d = 48 keeps 128x32 at 7 (SPLIT_TILES):
+#   on 64x32 at 6 its exact-head-dim flat variants reload 4 times in a masked loop (0.995-1.015x).
+#   d = 256 prefill takes the transpose at its 128x32 tile, 4 waves: 21.7 -> 11.2 (key-loop
+#   scratch loads 30 -> 33, as gfx1100's below).
 # - Paged variants compute a gather address per key: where the flat tile spills in the key
 #   loop once paged (gfx11 and gfx942 at d = 128), the paged ones get 32-key tiles.
 # - Decode: one wave of 16 rows (the GQA group of one or a few tokens), so no wave repeats
@@ -236,20 +259,20 @@ TILES = {
     ("cdna", "prefill_paged"): {32: (128, 64, 4, 1, 2), 64: (128, 64, 4, 1, 2), 128: (128, 32, 4, 1, 2), 256: (128, 32, 4, 1, 2), 512: (64, 16, 4, 1, 0)},
     ("cdna", "prefill_x"): {32: (128, 64, 4, 1, 2), 64: (128, 64, 4, 1, 2), 128: (128, 32, 4, 1, 2), 256: (128, 64, 8, 1, 2), 512: (64, 16, 4, 1, 0)},
     ("cdna", "decode"): {32: (16, 64, 1, 1, 0), 64: (16, 64, 1, 1, 0), 128: (16, 64, 1, 1, 0), 256: (16, 32, 1, 1, 0), 512: (16, 16, 1, 1, 1)},
-    ("rdna3", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 8), 128: (128, 32, 8, 1, 6), 256: (128, 32, 8, 1, 6), 512: (16, 16, 2, 1, 1)},
-    ("rdna3", "prefill_paged"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (128, 32, 8, 1, 6), 512: (16, 16, 2, 1, 1)},
+    ("rdna3", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 8), 128: (128, 32, 8, 1, 6), 256: (128, 32, 8, 1, 5), 512: (16, 16, 2, 1, 1)},
+    ("rdna3", "prefill_paged"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (128, 32, 8, 1, 5), 512: (16, 16, 2, 1, 1)},
     ("rdna3", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (64, 16, 4, 1, 6), 256: (64, 16, 4, 1, 6), 512: (16, 16, 2, 1, 1)},
     ("rdna3", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 16, 1, 1, 5), 256: (16, 16, 1, 1, 6), 512: (16, 16, 2, 1, 1)},
     ("rdna3", "decode_paged"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 16, 1, 1, 6), 256: (16, 16, 1, 1, 6), 512: (16, 16, 2, 1, 1)},
-    ("rdna3_small", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 7), 128: (128, 64, 8, 1, 4), 256: (128, 32, 8, 1, 4), 512: (16, 16, 8, 1, 1)},
+    ("rdna3_small", "prefill"): {32: (128, 64, 8, 1, 6), 64: (64, 32, 4, 1, 6), 128: (128, 64, 8, 1, 4), 256: (128, 32, 8, 1, 4), 512: (16, 16, 8, 1, 1)},
     ("rdna3_small", "prefill_paged"): {32: (128, 64, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 4), 256: (128, 32, 8, 1, 4), 512: (16, 16, 8, 1, 1)},
     ("rdna3_small", "prefill_x"): {32: (128, 32, 8, 1, 5), 64: (128, 32, 8, 1, 4), 128: (64, 16, 4, 1, 4), 256: (64, 16, 4, 1, 4), 512: (16, 16, 8, 1, 1)},
     ("rdna3_small", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 4), 128: (16, 16, 1, 1, 4), 256: (16, 16, 1, 1, 4), 512: (16, 16, 8, 1, 1)},
     ("rdna3_small", "decode_paged"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 4), 128: (32, 16, 2, 1, 4), 256: (16, 16, 1, 1, 4), 512: (16, 16, 8, 1, 1)},
-    ("rdna4", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 7), 128: (128, 64, 8, 1, 7), 256: (128, 16, 8, 1, 6), 512: (64, 16, 16, 1, 1)},
-    ("rdna4", "prefill_paged"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 6), 128: (128, 64, 8, 1, 6), 256: (128, 16, 8, 1, 6), 512: (64, 16, 16, 1, 1)},
+    ("rdna4", "prefill"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 7), 128: (128, 64, 8, 1, 7), 256: (128, 16, 8, 1, 5), 512: (64, 16, 16, 1, 1)},
+    ("rdna4", "prefill_paged"): {32: (128, 64, 8, 1, 6), 64: (128, 64, 8, 1, 6), 128: (128, 64, 8, 1, 6), 256: (128, 16, 8, 1, 5), 512: (64, 16, 16, 1, 1)},
     ("rdna4", "prefill_x"): {32: (128, 32, 8, 1, 6), 64: (128, 32, 8, 1, 6), 128: (128, 32, 8, 1, 6), 256: (64, 16, 4, 1, 6), 512: (64, 16, 16, 1, 1)},
-    ("rdna4", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 32, 1, 1, 6), 256: (16, 16, 1, 1, 6), 512: (16, 16, 8, 1, 1)},
+    ("rdna4", "decode"): {32: (16, 32, 1, 1, 6), 64: (16, 32, 1, 1, 6), 128: (16, 32, 1, 1, 5), 256: (16, 16, 1, 1, 6), 512: (16, 16, 8, 1, 1)},
     ("rdna2", "prefill"): {32: (64, 16, 8, 2, 6), 64: (64, 16, 8, 2, 6), 128: (16, 16, 8, 2, 6), 256: (16, 16, 8, 1, 6), 512: (16, 16, 8, 1, 1)},
     ("rdna2", "prefill_x"): {32: (64, 16, 8, 2, 6), 64: (32, 16, 8, 2, 6), 128: (16, 16, 8, 2, 6), 256: (16, 16, 8, 1, 6), 512: (16, 16, 8, 1, 1)},
     ("rdna2", "decode"): {32: (16, 16, 8, 2, 6), 64: (16, 16, 8, 2, 6), 128: (16, 16, 8, 2, 6), 256: (16, 16, 8, 1, 6), 512: (16, 16, 8, 1, 1)},
@@ -274,9 +297,26 @@ TILES = {
 # kernel report's --check). gfx11 d = 80 and 96 flat prefill: 128x64 (d = 128's) reloads in the
 # key loop (the tail's second accumulator and Q operands); 128x32 does not at d = 80 (f16 25.1
 # instructions per 4096 MACs, against 24.6 at d = 64 and 21.9 at 128), and at d = 96 only at
-# waves_per_eu 5 (25.8 at 5 waves; at 6 the padded variants reload twice, 128x16 issues 29.4);
+# waves_per_eu 5 (25.8 at 5 waves; at 6 the padded variants reload twice, 128x16 issues 29.4).
+# 128x32 over 8 waves covers 32 key rows per pass of the 64 part, too few for the in-thread
+# transpose of V, so gfx11 d = 80 and 96 now take 64x32 over 4 waves at 6 (f16 / bf16 d = 80
+# 25.1 / 28.6 -> 21.1 / 25.0, d = 96 25.8 / 28.8 at 5 waves -> 19.7 / 23.0 at 6; 4-8 spills,
+# none in a key loop; gfx1151 the same): 128x64 at 6 17.0 / 18.3 reloads 26 / 36 times in the
+# hot loop, 128x32 over 4 waves 16.5 22 times, 64x64 19.6 32 times, 64x32 at 7 9 / 41 times in
+# the masked loops, 32x32 over 2 waves 23.4 at d = 80 and 21 reloads at 96;
 # rdna3_small (gfx1103) likewise: its d = 128 tile reloads 3-41 times in the key loop at d = 80
-# and 96, 128x32 at its waves_per_eu 4 not at all (f16 25.1 at d = 80);
+# and 96, 128x32 at its waves_per_eu 4 not at all (f16 25.1 at d = 80, 25.8 at 96). With the
+# in-thread transpose (which 128x32 over 8 waves does not take at d = 80 / 96) gfx1103 d = 80
+# takes 64x32 over 4 waves at 4 (21.2: at 5 it reloads 57 times in the masked loops, at 6 13 in
+# the hot one; 32x32 23.4), d = 96 32x32 over 2 waves at 4 (19.1 / 22.7, 13-14 spills outside the
+# key loops: 64x32 at 4 19.8 reloads 12 times in the masked loops, 64x64 at 4 28 in the hot one).
+# d = 160 (gfx11, gfx12) with the transpose: 128x32 at waves_per_eu 5, which the 128 part takes
+# (16 key rows per pass of 8 waves; 128x16 does not: gfx1201 18.6 with or without it). gfx1201
+# f16 flat 18.6 -> 11.6, paged 28.1 -> 19.4, 6 -> 5 waves, no key-loop scratch (at 6 flat reloads
+# 26 times in the masked loops; 128x64 at 4-6 8.9-9.1 with 15-27 in the hot one); gfx1100 flat
+# 23.4 -> 15.7 (hot-loop scratch loads 28 -> 25; at 6 15.8 with 28 and 7 stores in the masked
+# loops; 64x32 at 5 16.1, 64x64 / 128x64 15.2-15.6 with 100+ reloads), its paged d = 160 taking
+# the d = 256 tile (29.4 -> 22.8).
 # gfx942 d = 160 with the extras: 256's
 # 8-warp 128x64 lays the 32-wide tail's PV product over 4 waves along its 32 columns, 1.30x the
 # matrix work, where 128's 4-warp tile does not.
@@ -312,9 +352,11 @@ TILES = {
 #   430), not worth a change to attention.py. The rest is the accumulator rescale once per 32
 #   keys (80 values per lane), and 64-key tiles do not fit the registers.
 SPLIT_TILES = {
-    ("rdna3", "prefill"): {80: (128, 32, 8, 1, 6), 96: (128, 32, 8, 1, 5)},
-    ("rdna4", "prefill"): {80: (128, 64, 8, 1, 6), 96: (128, 64, 8, 1, 6)},
-    ("rdna3_small", "prefill"): {80: (128, 32, 8, 1, 4), 96: (128, 32, 8, 1, 4)},
+    ("rdna3", "prefill"): {80: (64, 32, 4, 1, 6), 96: (64, 32, 4, 1, 6), 160: (128, 32, 8, 1, 5)},
+    ("rdna4", "prefill"): {80: (128, 64, 8, 1, 6), 96: (128, 64, 8, 1, 6), 160: (128, 32, 8, 1, 5)},
+    ("rdna4", "prefill_paged"): {160: (128, 32, 8, 1, 5)},
+    ("rdna4", "decode"): {80: (16, 32, 1, 1, 6), 96: (16, 32, 1, 1, 6)},
+    ("rdna3_small", "prefill"): {48: (128, 32, 8, 1, 7), 80: (64, 32, 4, 1, 4), 96: (32, 32, 2, 1, 4)},
     ("cdna", "prefill_x"): {160: (128, 32, 4, 1, 2)},
     ("cdna", "prefill_paged"): {80: (128, 64, 4, 1, 2), 96: (128, 64, 4, 1, 2)},
     ("cdna", "decode"): {80: (16, 64, 1, 1, 2), 160: (16, 32, 1, 1, 2)},
@@ -763,28 +805,42 @@ def check_tma_descriptors(what, meta, rows, dtype, block_d):
 # them in registers (v_perm_b32) and stores them keys-contiguous (ds_store_b64), so the operand
 # is read with ds_load_b128, as CK's gfx12 kernel does. The pass applies only where a thread's
 # load layout repeats along the keys (BLOCK_N >= 2 x the key rows one pass of the work-group's
-# threads covers), so 32-key tiles at d = 64 keep the 16-bit reads.
-ITT_FAMILIES = {"rdna3", "rdna4"}
+# threads covers), so 32-key tiles at d = 64 keep the 16-bit reads. rdna3_small (gfx1103...) takes
+# it too, with tiles of its own (TILES' rdna3_small bullet, SPLIT_TILES). Above d = 128 only the
+# prefill class takes it (ITT_MAX_DIM; the d = 160 and 256 tiles): there it halves the hot loop
+# (gfx1201 d = 256 f16 16.5 to 11.4 per 4096 MACs, gfx1100 21.5 to 11.1), where the decode tiles
+# (16x16, one wave, already spilling at d = 256 on every RDNA part) reload more in their key
+# loops with it (gfx1201 d = 256 f16 0/19 to 0/27 loads per key tile, paged bf16 0/16 to 0/41;
+# gfx1100 0/42 to 0/54; gfx1201 d = 160, without key-loop scratch before, 13 spills and a reload
+# in the masked loop).
+ITT_FAMILIES = {"rdna3", "rdna3_small", "rdna4"}
+# The largest head-dim tile (tile_dim) per kernel class that takes it (128 for the rest).
+ITT_MAX_DIM = {"prefill": 256}
 
 
 # Variants that keep the 16-bit reads, (family, kernel class, head-dim tile (block_d), paged,
 # extras): where the transpose adds scratch reloads to a key loop or instructions to the hot one
-# (triton 3.6, gfx1201 for rdna4, gfx1100 for rdna3, instructions per 4096 useful MACs new / old).
+# (triton 3.6, gfx1201 for rdna4, gfx1100 for rdna3, gfx1103 for rdna3_small, instructions per
+# 4096 useful MACs new / old).
 # - rdna4 paged decode, every tile: 1.01-1.20x (the per-key gather feeds the transposed loads);
 # - rdna4 flat decode d = 128 (16x32, one wave): 8-12 scratch loads per key tile, against none;
 # - rdna3 paged decode on the 128 tile (16x16; d = 80, 96, 128): 0.99-1.05x; at d = 48 and 64
 #   (16x32) 0.87-0.99x, so those keep it;
-# - paged extras d = 128 (128x32): gfx1201 reloads 1-2 times per key tile, gfx1100 0.99-1.00x;
-# - rdna3 flat decode d = 128 with 64-bit addressing (a sixth field, ptr32 False; 16x16 at 255
-#   VGPRs): the transpose spills 6-8 VGPRs and the f16 variant reloads twice in its masked key
-#   loops; their `_b32` twins (0.72-0.77x) keep it without spills.
+# - paged extras d = 128 (128x32): gfx1201 reloads 1-2 times per key tile, gfx1100 0.99-1.00x,
+#   gfx1103 (64x16) 1.03-1.05x; at d = 160 and 256 (64x16) gfx1201 1.02-1.08x with more
+#   key-loop reloads (d = 256 bf16 _b32 0/6 to 0/13), gfx1100 1.00-1.02x;
+# - rdna3 and rdna3_small flat decode d = 128 with 64-bit addressing (a sixth field, ptr32
+#   False; 16x16 at 255 VGPRs): the transpose spills 6-8 VGPRs and the f16 variant reloads twice
+#   in its masked key loops; their `_b32` twins (0.72-0.77x) keep it without spills;
+# - rdna3_small paged decode extras d = 32: 0.99-1.01x (flat ones 0.95-1.02x keep it).
 ITT_SKIP = {
     *{("rdna4", "decode", d, True, x) for d in BLOCK_DIMS if d <= 128 for x in (False, True)},
     ("rdna4", "decode", 128, False, False),
     *{("rdna3", "decode", d, True, False) for d in (80, 96, 128)},
-    ("rdna4", "prefill", 128, True, True),
-    ("rdna3", "prefill", 128, True, True),
+    *{(f, "prefill", d, True, True) for f in ITT_FAMILIES for d in (128, 160, 256)},
     ("rdna3", "decode", 128, False, False, False),
+    ("rdna3_small", "decode", 128, False, False, False),
+    ("rdna3_small", "decode", 32, True, True),
 }
 
 
@@ -792,8 +848,7 @@ def in_thread_transpose(target, fields):
     """Whether the attn_fwd variant `fields` of `target` is compiled with Triton's in-thread
     transpose of the V tile (ITT_FAMILIES, less ITT_SKIP)."""
     family = tile_family(target)
-    # Head-dim tiles above 128 (their V tiles, registers and key-loop scratch) not measured yet.
-    if family not in ITT_FAMILIES or tile_dim(fields["block_d"]) > 128:
+    if family not in ITT_FAMILIES or tile_dim(fields["block_d"]) > ITT_MAX_DIM.get(fields["tile"], 128):
         return False
     key = (family, fields["tile"], fields["block_d"], fields["paged"], fields["extras"])
     return key not in ITT_SKIP and key + (fields.get("ptr32", False),) not in ITT_SKIP

@@ -58,6 +58,15 @@ def parse_blocks(asm, kernel=None):
     return [b for b in blocks if b.insns or b.name != "entry"]
 
 
+def branch_target(insn):
+    """The block name a branch (`s_branch`, `s_cbranch_*`) jumps to, or None for another
+    instruction."""
+    if not (insn.mnemonic == "s_branch" or insn.mnemonic.startswith("s_cbranch")):
+        return None
+    target = insn.operands.split(",")[-1].strip()
+    return target[2:] if target.startswith(".LBB") else target
+
+
 def find_loops(blocks):
     """{header: [block indices]} of every loop, nested loops' blocks included, from LLVM's loop
     annotations. Without annotations (hand-stripped assembly), a label and the last backward
@@ -87,11 +96,9 @@ def find_loops(blocks):
     index = {b.name: i for i, b in enumerate(blocks)}
     for i, block in enumerate(blocks):
         for insn in block.insns:
-            if insn.mnemonic == "s_branch" or insn.mnemonic.startswith("s_cbranch"):
-                target = insn.operands.split(",")[-1].strip()
-                target = target[2:] if target.startswith(".LBB") else target
-                if index.get(target, i + 1) <= i:
-                    loops[target] = list(range(index[target], i + 1))
+            target = branch_target(insn)
+            if target is not None and index.get(target, i + 1) <= i:
+                loops[target] = list(range(index[target], i + 1))
     return dict(loops)
 
 

@@ -91,8 +91,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "kernels"))
 # No __pycache__ in kernels/: the build script watches that folder and would rebuild.
 sys.dont_write_bytecode = True
-from amdgcn import (Insn, buffer_resource, find_loops, is_scratch_access, parse_blocks,  # noqa: E402,F401
-                    scratch_resources)
+from amdgcn import (Insn, branch_target, buffer_resource, find_loops, is_scratch_access,  # noqa: E402,F401
+                    parse_blocks, scratch_resources)
 from launch_contract import parse_yaml_block  # noqa: E402  (standard library only)
 
 OURS = "ours"
@@ -246,12 +246,9 @@ def block_successors(blocks, index):
     names = {b.name: i for i, b in enumerate(blocks)}
     out, last = [], None
     for insn in blocks[index].insns:
-        last = insn.mnemonic
-        if last == "s_branch" or last.startswith("s_cbranch"):
-            target = insn.operands.split(",")[-1].strip()
-            target = target[2:] if target.startswith(".LBB") else target
-            if target in names:
-                out.append(names[target])
+        last, target = insn.mnemonic, branch_target(insn)
+        if target in names:
+            out.append(names[target])
     if last not in ("s_branch", "s_endpgm", "s_setpc_b64") and index + 1 < len(blocks):
         out.append(index + 1)
     return out

@@ -421,11 +421,18 @@ SPLIT_OPTIONS = {
 # against 414 / 425, 1 x 16384 466 / 477 against 434 / 447, causal 2 x 8192 403 / 412 against 387 /
 # 398; 3 stages 1-3% slower than 4, 192x64 x 6 below the two-consumer tile. (Causal 4 x 4096,
 # which the prefill class takes, 344 / 351 against 356 / 364.)
+# At the split head dims the ws class is attention_ws.attn_fwd_tma_ws_split (TMA_SPLIT_KERNELS):
+# d = 80 and 96 128x128 x 2 stages, d = 160 128x64 x 2 (the d = 128 and 256 tiles). Compiled only
+# (triton 3.6, f16 / bf16): 168 registers, d = 160 no STL/LDL, d = 80 / 96 one spill store and
+# reload in the loader warp's setup (as d = 256's), none in the key loops. Not timed on a GPU yet;
+# src/triton/tma.rs ws_keys takes it from 1024 keys, 2048 with a diagonal, until it is.
+# TODO(coordinator): H100/H200 figures for these tiles and the thresholds.
 TMA_TILES = {
     ("sm90", "prefill"): {64: (64, 64, 4, 2), 80: (64, 64, 4, 2), 96: (64, 64, 4, 2), 128: (64, 64, 4, 2),
                           160: (64, 64, 4, 2), 256: (128, 64, 8, 2)},
     ("sm90", "prefill_short"): {128: (64, 32, 4, 2), 256: (64, 32, 4, 2)},
-    ("sm90", "prefill_ws"): {64: (192, 128, 4, 4), 128: (128, 128, 4, 2), 256: (128, 64, 4, 2)},
+    ("sm90", "prefill_ws"): {64: (192, 128, 4, 4), 80: (128, 128, 4, 2), 96: (128, 128, 4, 2), 128: (128, 128, 4, 2),
+                             160: (128, 64, 4, 2), 256: (128, 64, 4, 2)},
     ("sm90", "prefill_walk"): {128: (128, 64, 4, 4)},
 }
 # Query rows of each consumer warpgroup of the warp-specialized classes (attention_ws.py's ROWS):
@@ -447,10 +454,10 @@ TMA_CLASSES = {"prefill": ("attention_tma", "attn_fwd_tma", ""),
                "prefill_short": ("attention_tma", "attn_fwd_tma", "short_"),
                "prefill_ws": ("attention_ws", "attn_fwd_tma_ws", "ws_"),
                "prefill_walk": ("attention_ws", "attn_fwd_tma_walk", "walk_")}
-# The prefill class's kernel at a split head dim (SPLIT_DIMS; attention_tma.py): three descriptors
-# more, for the head dim's tail, in a parameter list of its own, so that the power-of-two kernels
-# keep theirs.
-TMA_SPLIT_KERNEL = "attn_fwd_tma_split"
+# The kernels of the classes built at a split head dim (SPLIT_DIMS; attention_tma.py and
+# attention_ws.py): three descriptors more, for the head dim's tail, in a parameter list of their
+# own (the same for both), so that the power-of-two kernels keep theirs.
+TMA_SPLIT_KERNELS = {"prefill": "attn_fwd_tma_split", "prefill_ws": "attn_fwd_tma_ws_split"}
 # The classes whose programs split a block between consumer warpgroups of CONSUMER_ROWS rows.
 WS_CLASSES = {"prefill_ws", "prefill_walk"}
 # What src/triton/tma.rs encodes for every descriptor of attn_fwd_tma: CU_TENSOR_MAP_SWIZZLE_128B
@@ -756,7 +763,7 @@ def tma_source(target, fields, dtype):
     bd = fields["block_d"]
     head_d, head_d2 = dim_parts(bd)
     if head_d2:
-        kernel = TMA_SPLIT_KERNEL
+        kernel = TMA_SPLIT_KERNELS[fields["tile"]]
     fn = getattr(importlib.import_module(module), kernel)
     bm, bn, warps, stages = TMA_TILES[(tile_family(target), fields["tile"])][bd]
     element = {"fp16": gl.float16, "bf16": gl.bfloat16}[dtype]

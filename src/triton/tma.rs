@@ -19,9 +19,9 @@ use candle::Result;
 /// 460 against 440. At d = 256 its 128-row tile takes every length (docs/bench-gpu-h200.md). The
 /// warp-specialized class takes the longer prompts at every head dim ([`ws_keys`]).
 ///
-/// The split head dims ([`head_parts`]: 80, 96, 160) have the prefill class alone, at every length:
-/// against cuDNN (JIT on an H100, f16, 16384 tokens per call, best of 3 alternating turns) d = 80
-/// 1.01-1.10x, d = 96 0.87-0.98x, d = 160 0.89-0.97x from 16 x 1024 to 4 x 4096, where the `tl`
+/// At the split head dims ([`head_parts`]: 80, 96, 160) the prefill class takes every length (the
+/// warp-specialized class the long ones first, [`ws_keys`]): against cuDNN (JIT on an H100, f16,
+/// 16384 tokens per call, best of 3 alternating turns) d = 80 1.01-1.10x, d = 96 0.87-0.98x, d = 160 0.89-0.97x from 16 x 1024 to 4 x 4096, where the `tl`
 /// kernels' split tiles ran 0.84-0.91x at d = 80 and 96 (kernels/aot.py's TMA_TILES).
 pub fn max_keys(head_dim: usize, diagonal: bool) -> usize {
     match (head_dim, diagonal) {
@@ -60,8 +60,13 @@ pub fn short_keys(head_dim: usize, diagonal: bool) -> usize {
 /// keys in JIT runs (kernels/aot.py), above the `tl` kernels past it (32 heads: 4 x 4096 404 / 418
 /// against 400 / 408, 2 x 8192 442 / 444 against 406 / 415, causal 2 x 8192 410 / 411 against 386
 /// / 392); its 192-row blocks are faster still (kernels/aot.py's TMA_TILES).
+///
+/// At the split head dims 80, 96 and 160 (`attn_fwd_tma_ws_split`, kernels/aot.py's TMA_TILES)
+/// from [`SPLIT_WS_KEYS`].
 pub fn ws_keys(head_dim: usize, diagonal: bool) -> usize {
     match (head_dim, diagonal) {
+        (80 | 96 | 160, false) => SPLIT_WS_KEYS.0,
+        (80 | 96 | 160, true) => SPLIT_WS_KEYS.1,
         (128 | 256, false) => 512,
         (128, true) => 2048,
         // Where its short class stops.
@@ -71,6 +76,13 @@ pub fn ws_keys(head_dim: usize, diagonal: bool) -> usize {
         _ => usize::MAX,
     }
 }
+
+/// Keys from which a call of a split head dim (80, 96, 160) takes the warp-specialized class
+/// ([`ws_keys`]), without and with a diagonal: provisional, set before the split kernel
+/// (`attn_fwd_tma_ws_split`) was timed on a GPU, at d = 128's causal start and twice its
+/// non-causal one.
+// TODO(coordinator): the H100/H200 figures that place these (kernels/aot.py's TMA_TILES comment).
+pub const SPLIT_WS_KEYS: (usize, usize) = (1024, 2048);
 
 /// Keys for which a call of head dim `head_dim` takes the walking class (kernels/attention_ws.py
 /// `attn_fwd_tma_walk`: the warp-specialized kernel with one program per SM walking the query

@@ -422,17 +422,21 @@ SPLIT_OPTIONS = {
 # 398; 3 stages 1-3% slower than 4, 192x64 x 6 below the two-consumer tile. (Causal 4 x 4096,
 # which the prefill class takes, 344 / 351 against 356 / 364.)
 # At the split head dims the ws class is attention_ws.attn_fwd_tma_ws_split (TMA_SPLIT_KERNELS):
-# d = 80 and 96 128x128 x 2 stages, d = 160 128x64 x 2 (the d = 128 and 256 tiles). Compiled only
-# (triton 3.6, f16 / bf16): 168 registers, d = 160 no STL/LDL, d = 80 / 96 one spill store and
-# reload in the loader warp's setup (as d = 256's), none in the key loops. Not timed on a GPU yet;
-# src/triton/tma.rs ws_keys takes it from 1024 keys, 2048 with a diagonal, until it is.
-# TODO(coordinator): H100/H200 figures for these tiles and the thresholds.
+# d = 96 128x128 x 2 stages, d = 160 128x64 x 2 (168 registers; d = 160 no STL/LDL, d = 96 one
+# spill store and reload in the loader warp's setup, as d = 256's, none in a key loop). On an
+# H100 (JIT, standard normal inputs, CUDA graphs, best of 3 alternating turns, f16 / bf16, against
+# cuDNN; the prefill class's split tile in brackets): d = 160 4 x 4096 x 12 heads 1.07 / 1.13
+# (0.82 / 0.87), causal 1.08 / 1.10 (0.89 / 0.89), 16 x 1024 1.01 / 1.01 (0.91 / 0.92), causal
+# 1.00 / 0.98 (0.97 / 0.97), 2 x 4096 x 8 1.05 / 1.05 (0.90 / 0.89); d = 96 4 x 4096 x 21 1.08 /
+# 1.04 (0.93 / 0.92), causal 0.97 / 0.95 (0.98 / 1.00), 16 x 1024 0.83 / 0.84 (0.93 / 0.93), 2 x
+# 4096 x 8 0.91 / 0.90 (0.91 / 0.91); d = 80 (128x128 x 2) 0.70-1.00x of the prefill class on
+# every row, so d = 80 has none (src/triton/tma.rs ws_keys).
 TMA_TILES = {
     ("sm90", "prefill"): {64: (64, 64, 4, 2), 80: (64, 64, 4, 2), 96: (64, 64, 4, 2), 128: (64, 64, 4, 2),
                           160: (64, 64, 4, 2), 256: (128, 64, 8, 2)},
     ("sm90", "prefill_short"): {128: (64, 32, 4, 2), 256: (64, 32, 4, 2)},
-    ("sm90", "prefill_ws"): {64: (192, 128, 4, 4), 80: (128, 128, 4, 2), 96: (128, 128, 4, 2), 128: (128, 128, 4, 2),
-                             160: (128, 64, 4, 2), 256: (128, 64, 4, 2)},
+    ("sm90", "prefill_ws"): {64: (192, 128, 4, 4), 96: (128, 128, 4, 2), 128: (128, 128, 4, 2), 160: (128, 64, 4, 2),
+                             256: (128, 64, 4, 2)},
     ("sm90", "prefill_walk"): {128: (128, 64, 4, 4)},
 }
 # Query rows of each consumer warpgroup of the warp-specialized classes (attention_ws.py's ROWS):

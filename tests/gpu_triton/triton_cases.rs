@@ -429,8 +429,8 @@ fn check_tma_cases(
 
 /// The split head dims on the TMA kernel (sm_90: `attn_fwd_tma_split`, two descriptors per
 /// tensor, the tail's in 16- or 32-column boxes with the 32- or 64-byte swizzle), on its prefill
-/// class and, for long key ranges (from 1024 keys, 2048 with a diagonal), its warp-specialized
-/// one (`attn_fwd_tma_ws_split`, 128-row blocks of two 64-row consumers): ragged key tiles and
+/// class and, for long key ranges at 96 and 160 (`tma::ws_keys`), its warp-specialized one
+/// (`attn_fwd_tma_ws_split`, 128-row blocks of two 64-row consumers): ragged key tiles and
 /// query blocks (a block's second part past the queries), rows that see no key, a right window,
 /// many key tiles, GQA, MQA and MHA, f16 and bf16 (alternating, so each head dim's ws cases have
 /// both), and varlen batches of mixed lengths; heads strided across rows go to the other kernels.
@@ -451,29 +451,28 @@ pub fn tma_split_head_dims_match_cpu() {
         (1, 300, 4200, 4, 2, 80, NONE, false, true),
         (2, 100, 100, 4, 2, 80, NONE, true, false),
         // The warp-specialized class (dtypes alternate, f16 first): at its first key count
-        // without a diagonal and with one, ragged key tiles (128 keys at 80 and 96, 64 at 160),
-        // a third block with 44 of 128 rows (its second consumer's part past the queries).
-        (1, 300, 1024, 4, 2, 96, NONE, false, true),
-        (1, 300, 1100, 4, 2, 96, NONE, false, true),
-        (1, 200, 2100, 4, 1, 96, CAUSAL, false, true),
-        (1, 300, 2048, 4, 2, 96, CAUSAL, false, true),
+        // without a diagonal and with one, ragged key tiles (128 keys at 96, 64 at 160), a third
+        // block with 44 of 128 rows (its second consumer's part past the queries).
+        (1, 300, 4096, 4, 2, 96, NONE, false, true),
+        (1, 300, 4200, 4, 2, 96, NONE, false, true),
+        (1, 300, 1024, 4, 2, 160, NONE, false, true),
+        (1, 300, 1100, 4, 1, 160, NONE, false, true),
+        (1, 300, 1024, 4, 2, 160, CAUSAL, false, true),
         // Causal with more queries than keys: the first 150 rows see no key.
-        (1, 2200, 2050, 4, 2, 80, CAUSAL, false, true),
-        (1, 500, 3000, 4, 4, 80, CAUSAL, false, true),
-        (1, 300, 1100, 4, 2, 160, NONE, false, true),
-        (1, 300, 1500, 4, 2, 80, NONE, false, true),
-        (1, 400, 2100, 4, 2, 160, CAUSAL, false, true),
+        (1, 2200, 2050, 4, 2, 160, CAUSAL, false, true),
+        (1, 500, 3000, 4, 4, 160, CAUSAL, false, true),
         (1, 300, 2300, 4, 2, 160, NONE, false, true),
-        (1, 300, 2100, 4, 2, 80, (None, Some(5)), false, true),
+        (1, 300, 2100, 4, 2, 160, (None, Some(5)), false, true),
         (1, 300, 2100, 4, 2, 160, (None, Some(40)), false, true),
-        // One key short of the class: the prefill class.
-        (1, 1000, 1023, 4, 2, 80, NONE, false, true),
-        (1, 300, 2047, 4, 2, 160, CAUSAL, false, true),
+        // One key short of the class, and 96 with a diagonal: the prefill class.
+        (1, 1000, 4095, 4, 2, 96, NONE, false, true),
+        (1, 300, 1023, 4, 2, 160, CAUSAL, false, true),
+        (1, 300, 4200, 4, 2, 96, CAUSAL, false, true),
     ];
     // A build for sm_90 has their TMA kernels: without them every case would pass on attn_fwd.
     if fa::triton::KERNELS.iter().any(|k| k.target == "sm_90") {
-        for d in [80, 96, 160] {
-            for tile in [Tile::Prefill, Tile::PrefillWs] {
+        for (d, tiles) in [(80, &[Tile::Prefill][..]), (96, &[Tile::Prefill, Tile::PrefillWs]), (160, &[Tile::Prefill, Tile::PrefillWs])] {
+            for &tile in tiles {
                 assert!(has_tma("sm_90", d, tile), "no sm_90 TMA kernel of class {tile:?} at d = {d}");
             }
         }
@@ -482,10 +481,11 @@ pub fn tma_split_head_dims_match_cpu() {
     // Varlen batches (7 sequences, 8 heads, 2 KV heads: 168 programs of 128 rows, enough for an
     // H100 or H200) whose longest key range takes the warp-specialized class: empty sequences,
     // one query, rows that see no key (causal, fewer keys than queries), ragged lengths.
+    let long = [(300, 4100), (1, 1), (77, 1050), (0, 9), (130, 700), (64, 0), (200, 4200)];
     let non_causal = [(300, 1100), (1, 1), (77, 1050), (0, 9), (130, 700), (64, 0), (200, 1200)];
     let causal = [(300, 2100), (1, 1), (77, 2050), (0, 9), (130, 700), (64, 0), (300, 129)];
     let heads = (8, 2);
-    for (n, (d, window, lens)) in [(96, NONE, non_causal), (160, CAUSAL, causal), (80, NONE, non_causal), (80, CAUSAL, causal)]
+    for (n, (d, window, lens)) in [(96, NONE, long), (160, CAUSAL, causal), (160, NONE, non_causal)]
         .into_iter()
         .enumerate()
     {

@@ -350,13 +350,13 @@ class SplitTileTest(unittest.TestCase):
                         want = own[0] if own else aot.kernel_tile(target, dict(fields, block_d=above))
                         self.assertEqual(aot.kernel_tile(target, fields), want, (target, block_d))
                         self.assertEqual(aot.one_loop(target, fields), aot.one_loop(target, dict(fields, block_d=above)))
-        # sm_90's TMA kernels at the split head dims: the prefill and warp-specialized classes, at
-        # 80, 96 and 160 (two descriptors per tensor: a power of two and a tail of 16 or 32
-        # columns), each through its class's split kernel (one parameter list for both).
+        # sm_90's TMA kernels at the split head dims: the prefill class at 80, 96 and 160, the
+        # warp-specialized one at 96 and 160 (two descriptors per tensor: a power of two and a tail
+        # of 16 or 32 columns), each through its class's split kernel (one parameter list for both).
         self.assertEqual(sorted(n for n, family, _ in aot.variants(list(aot.SPLIT_DIMS), list(aot.DTYPES), "sm_90")
                                 if family == "fwd_tma"),
-                         sorted(f"fwd_tma_{infix}{dt}_d{d}" for infix in ("", "ws_") for dt in aot.DTYPES
-                                for d in (80, 96, 160)))
+                         sorted([f"fwd_tma_{dt}_d{d}" for dt in aot.DTYPES for d in (80, 96, 160)]
+                                + [f"fwd_tma_ws_{dt}_d{d}" for dt in aot.DTYPES for d in (96, 160)]))
         self.assertEqual(aot.TMA_SPLIT_KERNELS, {"prefill": "attn_fwd_tma_split", "prefill_ws": "attn_fwd_tma_ws_split"})
         self.assertEqual({tile for (family, tile), tiles in aot.TMA_TILES.items()
                           if family == "sm90" and set(tiles) & set(aot.SPLIT_DIMS)}, set(aot.TMA_SPLIT_KERNELS))

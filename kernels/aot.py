@@ -421,11 +421,22 @@ SPLIT_OPTIONS = {
 # against 414 / 425, 1 x 16384 466 / 477 against 434 / 447, causal 2 x 8192 403 / 412 against 387 /
 # 398; 3 stages 1-3% slower than 4, 192x64 x 6 below the two-consumer tile. (Causal 4 x 4096,
 # which the prefill class takes, 344 / 351 against 356 / 364.)
+# At the split head dims the ws class is attention_ws.attn_fwd_tma_ws_split (TMA_SPLIT_KERNELS):
+# d = 96 128x128 x 2 stages, d = 160 128x64 x 2 (168 registers; d = 160 no STL/LDL, d = 96 one
+# spill store and reload in the loader warp's setup, as d = 256's, none in a key loop). On an
+# H100 (JIT, standard normal inputs, CUDA graphs, best of 3 alternating turns, f16 / bf16, against
+# cuDNN; the prefill class's split tile in brackets): d = 160 4 x 4096 x 12 heads 1.07 / 1.13
+# (0.82 / 0.87), causal 1.08 / 1.10 (0.89 / 0.89), 16 x 1024 1.01 / 1.01 (0.91 / 0.92), causal
+# 1.00 / 0.98 (0.97 / 0.97), 2 x 4096 x 8 1.05 / 1.05 (0.90 / 0.89); d = 96 4 x 4096 x 21 1.08 /
+# 1.04 (0.93 / 0.92), causal 0.97 / 0.95 (0.98 / 1.00), 16 x 1024 0.83 / 0.84 (0.93 / 0.93), 2 x
+# 4096 x 8 0.91 / 0.90 (0.91 / 0.91); d = 80 (128x128 x 2) 0.70-1.00x of the prefill class on
+# every row, so d = 80 has none (src/triton/tma.rs ws_keys).
 TMA_TILES = {
     ("sm90", "prefill"): {64: (64, 64, 4, 2), 80: (64, 64, 4, 2), 96: (64, 64, 4, 2), 128: (64, 64, 4, 2),
                           160: (64, 64, 4, 2), 256: (128, 64, 8, 2)},
     ("sm90", "prefill_short"): {128: (64, 32, 4, 2), 256: (64, 32, 4, 2)},
-    ("sm90", "prefill_ws"): {64: (192, 128, 4, 4), 128: (128, 128, 4, 2), 256: (128, 64, 4, 2)},
+    ("sm90", "prefill_ws"): {64: (192, 128, 4, 4), 96: (128, 128, 4, 2), 128: (128, 128, 4, 2), 160: (128, 64, 4, 2),
+                             256: (128, 64, 4, 2)},
     ("sm90", "prefill_walk"): {128: (128, 64, 4, 4)},
 }
 # Query rows of each consumer warpgroup of the warp-specialized classes (attention_ws.py's ROWS):
@@ -447,10 +458,10 @@ TMA_CLASSES = {"prefill": ("attention_tma", "attn_fwd_tma", ""),
                "prefill_short": ("attention_tma", "attn_fwd_tma", "short_"),
                "prefill_ws": ("attention_ws", "attn_fwd_tma_ws", "ws_"),
                "prefill_walk": ("attention_ws", "attn_fwd_tma_walk", "walk_")}
-# The prefill class's kernel at a split head dim (SPLIT_DIMS; attention_tma.py): three descriptors
-# more, for the head dim's tail, in a parameter list of its own, so that the power-of-two kernels
-# keep theirs.
-TMA_SPLIT_KERNEL = "attn_fwd_tma_split"
+# The kernels of the classes built at a split head dim (SPLIT_DIMS; attention_tma.py and
+# attention_ws.py): three descriptors more, for the head dim's tail, in a parameter list of their
+# own (the same for both), so that the power-of-two kernels keep theirs.
+TMA_SPLIT_KERNELS = {"prefill": "attn_fwd_tma_split", "prefill_ws": "attn_fwd_tma_ws_split"}
 # The classes whose programs split a block between consumer warpgroups of CONSUMER_ROWS rows.
 WS_CLASSES = {"prefill_ws", "prefill_walk"}
 # What src/triton/tma.rs encodes for every descriptor of attn_fwd_tma: CU_TENSOR_MAP_SWIZZLE_128B
@@ -756,7 +767,7 @@ def tma_source(target, fields, dtype):
     bd = fields["block_d"]
     head_d, head_d2 = dim_parts(bd)
     if head_d2:
-        kernel = TMA_SPLIT_KERNEL
+        kernel = TMA_SPLIT_KERNELS[fields["tile"]]
     fn = getattr(importlib.import_module(module), kernel)
     bm, bn, warps, stages = TMA_TILES[(tile_family(target), fields["tile"])][bd]
     element = {"fp16": gl.float16, "bf16": gl.bfloat16}[dtype]

@@ -400,6 +400,32 @@ def _pv_split(kr, tile, acc, acc2, p, p2, alpha, o_layout: gl.constexpr, o2_layo
 
 
 @gluon.jit
+def _last_pv_split(kr, tile, acc, acc2, p, p2, alpha, o_layout: gl.constexpr, o2_layout: gl.constexpr):
+    """`_last_pv` with both parts: the last tile's `acc += P V` (ring tile `tile`), retired."""
+    acc_tok, acc2_tok = _pv_split(kr, tile, acc, acc2, p, p2, alpha, o_layout, o2_layout)
+    acc, acc2, p, p2 = warpgroup_mma_wait(0, deps=[acc_tok, acc2_tok, p, p2])
+    return acc, acc2
+
+
+@gluon.jit
+def _first_tile_split(q_smem, q2_smem, kr, ring0, qk_scale, start_m, k_len, diag, n_full, s_layout: gl.constexpr,
+                      p_layout: gl.constexpr, p2_layout: gl.constexpr):
+    """`_first_tile` with both parts: S_0 of ring tile `ring0` and its softmax (masked unless every
+    row sees all of it), once Q and K_0 are in shared memory. Returns P_0 as the operand of both
+    parts' P V and the softmax state."""
+    BLOCK_M: gl.constexpr = q_smem.shape[0]
+    BLOCK_N: gl.constexpr = kr.k_ring.shape[1]
+    s = warpgroup_mma_wait(0, deps=[_scores_split(q_smem, q2_smem, kr, ring0, s_layout)])
+    m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.full([BLOCK_M], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
+    p32, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, start_m, 0, k_len, diag, n_full > 0, True, s_layout,
+                                    BLOCK_M, BLOCK_N)
+    p = gl.convert_layout(p32.to(q_smem.dtype), p_layout)
+    p2 = gl.convert_layout(p, p2_layout)
+    return p, p2, m_i, l_i, alpha
+
+
+@gluon.jit
 def _step_split(j, q_smem, q2_smem, kr, acc, acc2, p, p2, alpha, m_i, l_i, qk_scale, start_m, k_len, diag,
                 MASK: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr, o2_layout: gl.constexpr,
                 p_layout: gl.constexpr, p2_layout: gl.constexpr):
@@ -439,6 +465,28 @@ def _store_part(acc, inv_l, buf, Out, out_row, row, q_len, head, num_heads, COL0
     col = COL0 + gl.arange(0, D, layout=gl.SliceLayout(0, rows_layout))
     at = Out + (out_row * num_heads + head)[:, None] * D_ALL + col[None, :]
     gl.store(at, out, mask=(row < q_len)[:, None])
+
+
+@gluon.jit
+def _store_split(acc, acc2, m_i, l_i, qk_scale, q_smem, q2_smem, Out, Lse, b, head, q_start, q_len, start_m,
+                 is_varlen, seqlen_q, stride_lb, stride_lh, num_heads, s_layout: gl.constexpr,
+                 o_layout: gl.constexpr, o2_layout: gl.constexpr):
+    """`_store_block` with both parts: LSE (natural log) and O = acc / l of the block's rows
+    (rows that saw no key: O = 0, LSE = -inf), each part through its Q buffer (which no wgmma
+    reads any more)."""
+    BLOCK_M: gl.constexpr = q_smem.shape[0]
+    HEAD_D: gl.constexpr = q_smem.shape[1]
+    HEAD_D2: gl.constexpr = q2_smem.shape[1]
+    empty = l_i == 0.0
+    lse = gl.where(empty, -float("inf"), (m_i * qk_scale + gl.log2(gl.where(empty, 1.0, l_i))) * LN2)
+    row = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    gl.store(Lse + b.to(gl.int64) * stride_lb + head.to(gl.int64) * stride_lh + q_start + row, lse, mask=row < q_len)
+    inv_l = 1.0 / gl.where(empty, 1.0, l_i)
+    out_row = (b * seqlen_q * (1 - is_varlen) + q_start + row).to(gl.int64)
+    gl.thread_barrier()
+    _store_part(acc, inv_l, q_smem, Out, out_row, row, q_len, head, num_heads, 0, HEAD_D + HEAD_D2, o_layout)
+    _store_part(acc2, inv_l, q2_smem, Out, out_row, row, q_len, head, num_heads, HEAD_D, HEAD_D + HEAD_D2,
+                o2_layout)
 
 
 @gluon.jit
@@ -496,15 +544,9 @@ def _fwd_split(q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc, Out, Lse, CuSe
     for i in gl.static_range(STAGES):
         kr.load(i, i)
 
-    # Tile 0: S_0 and its softmax (masked unless every row sees all of it).
     mbarrier.wait(q_bar, 0)
-    s = warpgroup_mma_wait(0, deps=[_scores_split(q_smem, q2_smem, kr, 0, s_layout)])
-    m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
-    l_i = gl.full([BLOCK_M], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
-    p32, m_i, l_i, alpha = _softmax(s, m_i, l_i, qk_scale, start_m, 0, k_len, diag, n_full > 0, True, s_layout,
-                                    BLOCK_M, BLOCK_N)
-    p = gl.convert_layout(p32.to(dtype), p_layout)
-    p2 = gl.convert_layout(p, p2_layout)
+    p, p2, m_i, l_i, alpha = _first_tile_split(q_smem, q2_smem, kr, 0, qk_scale, start_m, k_len, diag, n_full,
+                                               s_layout, p_layout, p2_layout)
     acc = gl.zeros([BLOCK_M, HEAD_D], gl.float32, o_layout)
     acc2 = gl.zeros([BLOCK_M, HEAD_D2], gl.float32, o2_layout)
     gl.thread_barrier()
@@ -527,25 +569,15 @@ def _fwd_split(q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc, Out, Lse, CuSe
     if n_tiles * BLOCK_N > k_len:
         _zero_tail(kr.v_ring.index(last % STAGES), last, k_len)
         _zero_tail(kr.v2_ring.index(last % STAGES), last, k_len)
-    acc_tok, acc2_tok = _pv_split(kr, last, acc, acc2, p, p2, alpha, o_layout, o2_layout)
-    acc, acc2, p, p2 = warpgroup_mma_wait(0, deps=[acc_tok, acc2_tok, p, p2])
+    acc, acc2 = _last_pv_split(kr, last, acc, acc2, p, p2, alpha, o_layout, o2_layout)
 
     mbarrier.invalidate(q_bar)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(k_bars.index(i))
         mbarrier.invalidate(v_bars.index(i))
-    # LSE (natural log) and O = acc / l; rows that saw no key: O = 0, LSE = -inf. O goes through
-    # Q's buffers: the last wgmmas that read them have retired.
-    empty = l_i == 0.0
-    lse = gl.where(empty, -float("inf"), (m_i * qk_scale + gl.log2(gl.where(empty, 1.0, l_i))) * LN2)
-    row = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-    gl.store(Lse + b.to(gl.int64) * stride_lb + head.to(gl.int64) * stride_lh + q_start + row, lse, mask=row < q_len)
-    inv_l = 1.0 / gl.where(empty, 1.0, l_i)
-    out_row = (b * seqlen_q * (1 - is_varlen) + q_start + row).to(gl.int64)
-    gl.thread_barrier()
-    _store_part(acc, inv_l, q_smem, Out, out_row, row, q_len, head, num_heads, 0, HEAD_D + HEAD_D2, o_layout)
-    _store_part(acc2, inv_l, q2_smem, Out, out_row, row, q_len, head, num_heads, HEAD_D, HEAD_D + HEAD_D2,
-                o2_layout)
+    # Through Q's buffers: the last wgmmas that read them have retired.
+    _store_split(acc, acc2, m_i, l_i, qk_scale, q_smem, q2_smem, Out, Lse, b, head, q_start, q_len, start_m,
+                 is_varlen, seqlen_q, stride_lb, stride_lh, num_heads, s_layout, o_layout, o2_layout)
 
 
 @gluon.jit

@@ -23,6 +23,10 @@ each arrives on every `empty` barrier once per use. The last V tile's rows past 
 zeroed by the last consumer, the one part that always reads that tile, which then lets the others
 that read it go on (`tail_bar`).
 
+`attn_fwd_tma_ws_split` is the same kernel at a split head dim (80, 96, 160: kernels/aot.py's
+SPLIT_DIMS), with `attention_tma.attn_fwd_tma_split`'s parameter list and its split key steps:
+each Q buffer, K and V tile in two parts (the power of two and the 16 or 32 columns left).
+
 `attn_fwd_tma_walk` (class "prefill_walk") runs the same partitions over many blocks: one
 program per SM walks the call's query blocks in rounds of one block per program, every other
 round in reverse (`Blocks.taken`), a (sequence, head)'s blocks one after another so that its K/V
@@ -39,7 +43,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.language.core import _aggregate as aggregate
 
-from attention_tma import LOG2E, _block, _block_at, _first_tile, _key_loop, _last_pv, _store_block, _zero_tail
+from attention_tma import (LOG2E, _block, _block_at, _first_tile, _first_tile_split, _key_loop, _last_pv,
+                           _last_pv_split, _load_split, _step_split, _store_block, _store_split, _zero_tail)
 
 # Query rows of each consumer warpgroup: one wgmma's M (kernels/aot.py's CONSUMER_ROWS).
 ROWS = gl.constexpr(64)
@@ -317,6 +322,16 @@ def _allocate(q_desc, k_desc, v_desc, Q_BUFFERS: gl.constexpr, PART: gl.constexp
                 gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
                 gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
                 gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout()))
+    _init_barriers(sh, CONSUMERS)
+    return sh
+
+
+@gluon.jit
+def _init_barriers(sh, CONSUMERS: gl.constexpr):
+    """Initializes the barriers of `sh` (a `Shared` or `SplitShared`): K/V buffers released by
+    CONSUMERS arrivals."""
+    Q_BUFFERS: gl.constexpr = sh.q_bars.shape[0]
+    STAGES: gl.constexpr = sh.k_full.shape[0]
     for h in gl.static_range(Q_BUFFERS):
         mbarrier.init(sh.q_bars.index(h), count=1)
     for i in gl.static_range(STAGES):
@@ -326,7 +341,6 @@ def _allocate(q_desc, k_desc, v_desc, Q_BUFFERS: gl.constexpr, PART: gl.constexp
         mbarrier.init(sh.v_empty.index(i), count=CONSUMERS)
     mbarrier.init(sh.tail_bar, count=1)
     fence_async_shared()
-    return sh
 
 
 @gluon.jit
@@ -377,6 +391,228 @@ def attn_fwd_tma_ws(
     else:
         gl.warp_specialize([(_consume_first, (sh, blk)), (_consume_second, (sh, blk)), (_loader, loads)], [4, 1],
                            [REGS, LOADER_REGS])
+
+
+# The warp-specialized kernel at a split head dim (kernels/aot.py's SPLIT_DIMS: 80 = 64 + 16, 96 =
+# 64 + 32, 160 = 128 + 32): attn_fwd_tma_ws's partitions, each head-dim operand in two parts as
+# attention_tma's `_fwd_split` reads them (q/k/v_desc the first HEAD_D columns, q2/k2/v2_desc the
+# last HEAD_D2), and its helpers for the key steps over the shared ring.
+
+
+@aggregate
+class SplitShared:
+    """`Shared` with a second Q buffer, K ring and V ring for the head dim's last HEAD_D2 columns;
+    each part's tile of a stage arrives on the one barrier of the stage."""
+    q_parts: gl.shared_memory_descriptor
+    q2_parts: gl.shared_memory_descriptor
+    k_ring: gl.shared_memory_descriptor
+    k2_ring: gl.shared_memory_descriptor
+    v_ring: gl.shared_memory_descriptor
+    v2_ring: gl.shared_memory_descriptor
+    q_bars: gl.shared_memory_descriptor
+    k_full: gl.shared_memory_descriptor
+    v_full: gl.shared_memory_descriptor
+    k_empty: gl.shared_memory_descriptor
+    v_empty: gl.shared_memory_descriptor
+    tail_bar: gl.shared_memory_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, q_parts, q2_parts, k_ring, k2_ring, v_ring, v2_ring, q_bars, k_full, v_full, k_empty, v_empty,
+                 tail_bar):
+        self.q_parts = q_parts
+        self.q2_parts = q2_parts
+        self.k_ring = k_ring
+        self.k2_ring = k2_ring
+        self.v_ring = v_ring
+        self.v2_ring = v2_ring
+        self.q_bars = q_bars
+        self.k_full = k_full
+        self.v_full = v_full
+        self.k_empty = k_empty
+        self.v_empty = v_empty
+        self.tail_bar = tail_bar
+
+
+@aggregate
+class SplitLoaderRing:
+    """The shared rings as attention_tma's split helpers (`_scores_split`, `_pv_split`,
+    `_step_split`) read them (k_bars, v_bars: the `full` barriers), handing buffers back to the
+    loader (`LoaderRefill`)."""
+    k_ring: gl.shared_memory_descriptor
+    k2_ring: gl.shared_memory_descriptor
+    v_ring: gl.shared_memory_descriptor
+    v2_ring: gl.shared_memory_descriptor
+    k_bars: gl.shared_memory_descriptor
+    v_bars: gl.shared_memory_descriptor
+    k_empty: gl.shared_memory_descriptor
+    v_empty: gl.shared_memory_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, sh):
+        self.k_ring = sh.k_ring
+        self.k2_ring = sh.k2_ring
+        self.v_ring = sh.v_ring
+        self.v2_ring = sh.v2_ring
+        self.k_bars = sh.k_full
+        self.v_bars = sh.v_full
+        self.k_empty = sh.k_empty
+        self.v_empty = sh.v_empty
+
+    @gluon.jit
+    def release(self, k_tile, v_tile):
+        """K tile `k_tile` and V tile `v_tile` are consumed."""
+        LoaderRefill(self.k_empty, self.v_empty).release(k_tile, v_tile)
+
+
+@gluon.jit
+def _loader_split(sh, q_desc, q2_desc, k_desc, k2_desc, v_desc, v2_desc, q_row0, q_col, k_row0, v_row0, k_col, v_col,
+                  n_tiles):
+    """`_loader` with both parts of each tile: Q's consumer parts, then the key tiles (K and V once
+    both consumers released what the buffer held STAGES tiles before)."""
+    PARTS: gl.constexpr = sh.q_parts.shape[0]
+    PART: gl.constexpr = sh.q_parts.shape[1]
+    HEAD_D: gl.constexpr = sh.q_parts.shape[2]
+    STAGES: gl.constexpr = sh.k_ring.shape[0]
+    BLOCK_N: gl.constexpr = sh.k_ring.shape[1]
+    for h in gl.static_range(PARTS):
+        mbarrier.expect(sh.q_bars.index(h), q_desc.block_type.nbytes + q2_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [q_row0 + h * PART, q_col], sh.q_bars.index(h), sh.q_parts.index(h))
+        tma.async_copy_global_to_shared(q2_desc, [q_row0 + h * PART, q_col + HEAD_D], sh.q_bars.index(h),
+                                        sh.q2_parts.index(h))
+    for t in range(n_tiles):
+        free = ((t // STAGES) & 1) ^ 1
+        mbarrier.wait(sh.k_empty.index(t % STAGES), free)
+        _load_split(k_desc, k2_desc, sh.k_ring, sh.k2_ring, sh.k_full, t, n_tiles, k_row0, k_col, BLOCK_N, STAGES)
+        mbarrier.wait(sh.v_empty.index(t % STAGES), free)
+        _load_split(v_desc, v2_desc, sh.v_ring, sh.v2_ring, sh.v_full, t, n_tiles, v_row0, v_col, BLOCK_N, STAGES)
+
+
+@gluon.jit
+def _consume_split(sh, blk, h: gl.constexpr):
+    """`_consume` (with `_attend`'s hand-over of the ring) at a split head dim: consumer `h`'s
+    rows, attention_tma's split key steps over the shared ring, its rows' outputs and LSEs."""
+    PART: gl.constexpr = sh.q_parts.shape[1]
+    HEAD_D: gl.constexpr = sh.q_parts.shape[2]
+    HEAD_D2: gl.constexpr = sh.q2_parts.shape[2]
+    STAGES: gl.constexpr = sh.k_ring.shape[0]
+    BLOCK_N: gl.constexpr = sh.k_ring.shape[1]
+    LAST: gl.constexpr = h == sh.q_parts.shape[0] - 1
+    s_layout: gl.constexpr = _mma_layout(BLOCK_N, gl.num_warps())
+    o_layout: gl.constexpr = _mma_layout(HEAD_D, gl.num_warps())
+    o2_layout: gl.constexpr = _mma_layout(HEAD_D2, gl.num_warps())
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    p2_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o2_layout, k_width=2)
+    kr = SplitLoaderRing(sh)
+    q_h = sh.q_parts.index(h)
+    q2_h = sh.q2_parts.index(h)
+    start = blk.start_m + h * PART
+    k_len = blk.k_len
+    n_full = _full_tiles(start, blk.diag, k_len, blk.window_right, BLOCK_N)
+    n_seen = _part_tiles(start, k_len, blk.diag, blk.n_tiles, BLOCK_N, PART)
+    mbarrier.wait(sh.q_bars.index(h), 0)
+    p, p2, m_i, l_i, alpha = _first_tile_split(q_h, q2_h, kr, 0, blk.qk_scale, start, k_len, blk.diag, n_full,
+                                               s_layout, p_layout, p2_layout)
+    mbarrier.arrive(sh.k_empty.index(0), count=1)
+    acc = gl.zeros([PART, HEAD_D], gl.float32, o_layout)
+    acc2 = gl.zeros([PART, HEAD_D2], gl.float32, o2_layout)
+    for j in range(0, n_full - 1):
+        acc, acc2, p, p2, alpha, m_i, l_i = _step_split(j, q_h, q2_h, kr, acc, acc2, p, p2, alpha, m_i, l_i,
+                                                        blk.qk_scale, start, k_len, blk.diag, False, s_layout,
+                                                        o_layout, o2_layout, p_layout, p2_layout)
+    for j in range(gl.maximum(n_full - 1, 0), n_seen - 1):
+        acc, acc2, p, p2, alpha, m_i, l_i = _step_split(j, q_h, q2_h, kr, acc, acc2, p, p2, alpha, m_i, l_i,
+                                                        blk.qk_scale, start, k_len, blk.diag, True, s_layout,
+                                                        o_layout, o2_layout, p_layout, p2_layout)
+
+    # The last tile it reads: as `_attend`, the last part zeroes its rows past the sequence.
+    last = n_seen - 1
+    mbarrier.wait(sh.v_full.index(last % STAGES), (last // STAGES) & 1)
+    if n_seen * BLOCK_N > k_len:
+        if LAST:
+            _zero_tail(sh.v_ring.index(last % STAGES), last, k_len)
+            _zero_tail(sh.v2_ring.index(last % STAGES), last, k_len)
+            mbarrier.arrive(sh.tail_bar, count=1)
+        else:
+            mbarrier.wait(sh.tail_bar, 0)
+    acc, acc2 = _last_pv_split(kr, last, acc, acc2, p, p2, alpha, o_layout, o2_layout)
+    if n_seen < blk.n_tiles:
+        # The loader may still refill this buffer for the tiles skipped below.
+        mbarrier.arrive(sh.v_empty.index(last % STAGES), count=1)
+    _skip(sh, 0, n_seen, blk.n_tiles)
+    # Through this part's Q buffers: the last wgmmas that read them have retired.
+    _store_split(acc, acc2, m_i, l_i, blk.qk_scale, q_h, q2_h, blk.Out, blk.Lse, blk.b, blk.head, blk.q_start,
+                 blk.q_len, start, blk.is_varlen, blk.seqlen_q, blk.stride_lb, blk.stride_lh, blk.num_heads, s_layout,
+                 o_layout, o2_layout)
+
+
+@gluon.jit
+def _consume_split_first(sh, blk):
+    _consume_split(sh, blk, 0)
+
+
+@gluon.jit
+def _consume_split_second(sh, blk):
+    _consume_split(sh, blk, 1)
+
+
+@gluon.jit
+def _consume_split_third(sh, blk):
+    _consume_split(sh, blk, 2)
+
+
+@gluon.jit
+def attn_fwd_tma_ws_split(
+    q_desc, k_desc, v_desc, q2_desc, k2_desc, v2_desc,
+    Out, Lse, CuSeqQ, CuSeqK, Fault,
+    sm_scale,
+    stride_qh, stride_kh, stride_vh,
+    q_batch_rows, k_batch_rows, v_batch_rows,
+    stride_lb, stride_lh,
+    is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap,
+    num_heads, num_heads_k, window_right, batch,
+    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, HEAD_D2: gl.constexpr,
+    STAGES: gl.constexpr,
+):
+    """attn_fwd_tma_ws at a split head dim HEAD_D + HEAD_D2, with attention_tma.attn_fwd_tma_split's
+    parameter list: q/k/v_desc the first HEAD_D columns, q2/k2/v2_desc the last HEAD_D2 (q's boxes
+    ROWS rows); num_warps = 4 (each consumer's)."""
+    CONSUMERS: gl.constexpr = BLOCK_M // ROWS
+    gl.static_assert((CONSUMERS == 2 or CONSUMERS == 3) and CONSUMERS * ROWS == BLOCK_M)
+    b, head, head_k, q_start, q_len, k_start, k_len, start_m = _block(
+        CuSeqQ, CuSeqK, Fault, is_varlen, seqlen_q, seqlen_k, total_rows, kv_rows, kv_len_cap, num_heads,
+        num_heads_k, BLOCK_M)
+    diag, n_tiles = _block_tiles(q_len, k_len, start_m, window_right, BLOCK_M, BLOCK_N)
+    if start_m >= q_len:
+        return
+
+    dtype: gl.constexpr = q_desc.dtype
+    sh = SplitShared(gl.allocate_shared_memory(dtype, [CONSUMERS, ROWS, HEAD_D], q_desc.layout),
+                     gl.allocate_shared_memory(dtype, [CONSUMERS, ROWS, HEAD_D2], q2_desc.layout),
+                     gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], k_desc.layout),
+                     gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D2], k2_desc.layout),
+                     gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], v_desc.layout),
+                     gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D2], v2_desc.layout),
+                     gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout()),
+                     gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+                     gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+                     gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+                     gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+                     gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout()))
+    _init_barriers(sh, CONSUMERS)
+
+    blk = Block(Out, Lse, b, head, q_start, q_len, k_len, start_m, diag, window_right, n_tiles, sm_scale * LOG2E,
+                is_varlen, seqlen_q, stride_lb, stride_lh, num_heads)
+    loads = (sh, q_desc, q2_desc, k_desc, k2_desc, v_desc, v2_desc, q_start + b * q_batch_rows + start_m,
+             head * stride_qh, k_start + b * k_batch_rows, k_start + b * v_batch_rows, head_k * stride_kh,
+             head_k * stride_vh, n_tiles)
+    REGS: gl.constexpr = _consumer_regs(CONSUMERS)
+    if CONSUMERS == 3:
+        gl.warp_specialize([(_consume_split_first, (sh, blk)), (_consume_split_second, (sh, blk)),
+                            (_consume_split_third, (sh, blk)), (_loader_split, loads)], [4, 4, 1],
+                           [REGS, REGS, LOADER_REGS])
+    else:
+        gl.warp_specialize([(_consume_split_first, (sh, blk)), (_consume_split_second, (sh, blk)),
+                            (_loader_split, loads)], [4, 1], [REGS, LOADER_REGS])
 
 
 @aggregate

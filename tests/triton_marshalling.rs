@@ -52,9 +52,10 @@ fn consumer_rows_agree_across_the_build_the_kernel_and_the_launch() {
 fn argument_structs_follow_the_kernel_signatures() {
     assert_eq!(FwdArgs::PARAMS, kernel_params("attention.py", "attn_fwd"));
     assert_eq!(MergeArgs::PARAMS, kernel_params("attention.py", "attn_merge"));
-    // The split head dims' kernel takes every TMA argument; the power-of-two kernels (the
+    // The split head dims' kernels (prefill and warp-specialized) take every TMA argument; the power-of-two kernels (the
     // warp-specialized ones too: one launch path for all) all but the tail's descriptors.
     assert_eq!(TmaFwdArgs::PARAMS, kernel_params("attention_tma.py", "attn_fwd_tma_split"));
+    assert_eq!(TmaFwdArgs::PARAMS, kernel_params("attention_ws.py", "attn_fwd_tma_ws_split"));
     let pow2: Vec<&str> = TmaFwdArgs::PARAMS
         .iter()
         .enumerate()

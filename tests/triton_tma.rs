@@ -18,7 +18,7 @@ fn sm90_image(family: Family, tile: Tile, block_d: u32, paged: bool, extras: boo
     let (block_m, block_n, threads) = match (family, tile) {
         (Family::FwdTma, Tile::PrefillShort) => (64, 32, 128),
         (Family::FwdTma, Tile::PrefillWs) if block_d == 64 => (192, 128, 512),
-        (Family::FwdTma, Tile::PrefillWs) => (128, if block_d == 256 { 64 } else { 128 }, 384),
+        (Family::FwdTma, Tile::PrefillWs) => (128, if block_d >= 160 { 64 } else { 128 }, 384),
         (Family::FwdTma, Tile::PrefillWalk) => (128, 64, 384),
         (Family::FwdTma, _) if block_d == 256 => (128, 64, 256),
         (Family::FwdTma, _) => (64, 64, 128),
@@ -49,8 +49,8 @@ fn sm90_image(family: Family, tile: Tile, block_d: u32, paged: bool, extras: boo
 
 /// sm_90's f16 kernels at exact head dims 64, 80, 96 (here an exact 96 image that has no TMA
 /// twin), 128, 160 and 256, with TMA images at 64, 80, 128, 160 and 256 (128 rows at 256, as
-/// kernels/aot.py builds them), of the warp-specialized class at the powers of two, of the short
-/// class at 128 and 256 and of the walking class at 128.
+/// kernels/aot.py builds them), of the warp-specialized class at 64, 128, 160 and 256, of the
+/// short class at 128 and 256 and of the walking class at 128.
 fn sm90_images() -> &'static [KernelImage] {
     let mut all = Vec::new();
     for block_d in [64, 80, 96, 128, 160, 256] {
@@ -62,7 +62,7 @@ fn sm90_images() -> &'static [KernelImage] {
         if block_d != 96 {
             all.push(sm90_image(Family::FwdTma, Tile::Prefill, block_d, false, false));
         }
-        if block_d.is_power_of_two() {
+        if block_d != 96 && block_d != 80 {
             all.push(sm90_image(Family::FwdTma, Tile::PrefillWs, block_d, false, false));
         }
         if block_d >= 128 && block_d.is_power_of_two() {
@@ -88,16 +88,15 @@ fn request(window: (Option<usize>, Option<usize>), softcap: Option<f32>) -> Requ
 /// one, 80 or 160 here, where its TMA image is built: 96 has none here) and which
 /// class (short: at most 256 keys at d = 128, 512 at d = 256 with a diagonal; warp-specialized:
 /// at d = 128 and 256 from 512 keys without a diagonal, from 2048 with one at d = 128 and past the
-/// short class at d = 256, at d = 64 past 2048 keys, or 4096 with a diagonal; else the prefill
-/// class, which takes at most those 2048 / 4096 keys at d = 64 and 128, any number at the split
-/// head dims): the
-/// plan launches it exactly when it serves and its grid, one program per query block of each
+/// short class at d = 256, at d = 64 past 2048 keys, or 4096 with a diagonal, at d = 160 from
+/// 1024 keys; else the prefill class, which takes at most those 2048 /
+/// 4096 keys at d = 64 and 128, any number at the split head dims): the plan launches it exactly when it serves and its grid, one program per query block of each
 /// sequence and query head, fills the device (it does not split the keys); unsplit. The
 /// walking class launches one program per SM instead, each walking the blocks.
 #[test]
 fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
     let mut rng = common::rng("prompts_take_the_tma_kernel_exactly_when_it_serves_them");
-    let (mut taken, mut small, mut shorts, mut specialized, mut walking) = (0, 0, 0, 0, 0);
+    let (mut taken, mut small, mut shorts, mut specialized, mut walking, mut split_ws) = (0, 0, 0, 0, 0, 0);
     for _ in 0..4000 {
         let b = rng.gen_range(1..5);
         let s_q = [1, 16, 63, 64, 100, 300, 1100][rng.gen_range(0..7)];
@@ -140,6 +139,7 @@ fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
                 (false, false, false) => Tile::Prefill,
             };
             assert_eq!(tma.tile, class, "s_k {s_k} d {d} {window:?}");
+            split_ws += (class == Tile::PrefillWs && !d.is_power_of_two()) as usize;
         }
         let block_m = match (d, short, ws || walks) {
             (64, false, true) => 192,
@@ -167,8 +167,8 @@ fn prompts_take_the_tma_kernel_exactly_when_it_serves_them() {
         specialized += (serves && ws) as usize;
     }
     assert!(
-        taken > 20 && small > 5 && shorts > 20 && specialized > 20 && walking > 0,
-        "{taken} calls took the TMA kernel, {small} served ones had small grids, {shorts} its short class, {specialized} its warp-specialized one, {walking} its walking one"
+        taken > 20 && small > 5 && shorts > 20 && specialized > 20 && walking > 0 && split_ws > 20,
+        "{taken} calls took the TMA kernel, {small} served ones had small grids, {shorts} its short class, {specialized} its warp-specialized one ({split_ws} at a split head dim), {walking} its walking one"
     );
 }
 
@@ -196,6 +196,45 @@ fn the_walking_class_launches_one_program_per_sm() {
             _ => [s.div_ceil(plan.kernels.fwd.block_m as usize) as u32, (b * h) as u32, 1],
         };
         assert_eq!(plan.grid, grid, "d {d} b {b} s {s} h {h} causal {causal} units {units}");
+    }
+}
+
+/// The split head dims: the warp-specialized class first from `ws_keys` (d = 160 from 1024 keys,
+/// d = 96 from 4096 without a diagonal), the prefill class after it (it takes every length there)
+/// and alone below and at d = 80; the plan launches the ws image at d = 160 (96 has no TMA image
+/// here) with 128-row blocks.
+#[test]
+fn split_head_dims_take_the_warp_specialized_class_for_long_prompts() {
+    for (d, diagonal, from) in [(160, false, 1024), (160, true, 1024), (96, false, 4096)] {
+        assert_eq!(tma::ws_keys(d, diagonal), from, "d {d} diagonal {diagonal}");
+        for keys in [from, from + 1, 4 * from, 1 << 20] {
+            assert_eq!(tma::classes(d, diagonal, keys), &[Tile::PrefillWs, Tile::Prefill], "d {d} {keys} keys");
+        }
+        for keys in [300, from - 1] {
+            assert_eq!(tma::classes(d, diagonal, keys), &[Tile::Prefill], "d {d} {keys} keys");
+        }
+    }
+    for (d, diagonal) in [(80, false), (80, true), (96, true)] {
+        for keys in [300, 1024, 4096, 1 << 20] {
+            assert_eq!(tma::classes(d, diagonal, keys), &[Tile::Prefill], "d {d} diagonal {diagonal} {keys} keys");
+        }
+    }
+    for (d, diagonal, s_k, tile) in [
+        (80, false, 4096, Tile::Prefill),
+        (160, false, 1024, Tile::PrefillWs),
+        (160, true, 1024, Tile::PrefillWs),
+        (160, true, 1023, Tile::Prefill),
+        (160, false, 4096, Tile::PrefillWs),
+    ] {
+        let (b, h, s_q) = (2, 16, 1000);
+        let q = zeros(&[b, s_q, h, d]);
+        let kv = zeros(&[b, s_k, h, d]);
+        let window = if diagonal { (None, Some(0)) } else { (None, None) };
+        let call = AttnCall::new(&request(window, None), [DType::F16; 3], q.layout(), kv.layout(), kv.layout()).unwrap();
+        let plan = Plan::new(&call, select(&call, "sm_90", H100, sm90_images()).unwrap(), H100_SMS).unwrap();
+        assert_eq!((plan.kernels.fwd.family, plan.kernels.fwd.tile, plan.kernels.fwd.block_d), (Family::FwdTma, tile, d as u32));
+        let block_m = if tile == Tile::PrefillWs { 128 } else { 64 };
+        assert_eq!(plan.grid, [s_q.div_ceil(block_m) as u32, (b * h) as u32, 1], "d {d} s_k {s_k}");
     }
 }
 
@@ -278,6 +317,19 @@ fn tma_views_address_every_element_as_the_layouts_do() {
         }
         let args = tma::tma_args(&call, &fwd, &views, Default::default()).unwrap();
         check_view(&views[3], &args.q2, BUFFERS.q, &q, args.q_batch_rows, args.stride_qh, None);
+        // The warp-specialized class at a split head dim (attn_fwd_tma_ws_split; built at 160, not
+        // at 80): the same views, q's boxes (the tail's too) a consumer's 64 rows, k's and v's its
+        // key tile's.
+        let ws = sm90_images().iter().find(|i| i.tile == Tile::PrefillWs && i.block_d == d);
+        assert_eq!(ws.is_some(), d == 160, "d {d}");
+        if let Some(ws) = ws {
+            let ws_views = tma::views(&call, &fwd, ws);
+            assert_eq!(ws_views.map(|v| (v.box_rows, v.box_cols)), [(64, 64), (64, 64), (64, 64), (64, rest), (64, rest), (64, rest)]);
+            assert_eq!(ws_views.map(|v| (v.base, v.rows, v.cols, v.row_stride_bytes)), views.map(|v| (v.base, v.rows, v.cols, v.row_stride_bytes)));
+            let ws_args = tma::tma_args(&call, &fwd, &ws_views, Default::default()).unwrap();
+            check_view(&ws_views[3], &ws_args.q2, BUFFERS.q, &q, ws_args.q_batch_rows, ws_args.stride_qh, None);
+            check_view(&ws_views[4], &ws_args.k2, BUFFERS.k, &q, ws_args.k_batch_rows, ws_args.stride_kh, None);
+        }
         // The split kernel takes all six descriptors, a power of two's the first three.
         let n = flash_attn_rocm::triton::TmaFwdArgs::PARAMS.len();
         assert_eq!((args.values_for(true).len(), args.values_for(false).len()), (n + 6 * 4, n - 3 + 3 * 4));

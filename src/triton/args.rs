@@ -177,7 +177,8 @@ kernel_args! {
         k: tdesc = "k_desc",
         v: tdesc = "v_desc",
         /// A split head dim's last columns (16 or 32) of q, k and v ([`super::tma::head_parts`]):
-        /// `attn_fwd_tma_split`'s parameters, which the power-of-two kernels do not have
+        /// `attn_fwd_tma_split`'s and `attn_fwd_tma_ws_split`'s parameters, which the power-of-two
+        /// kernels do not have
         /// ([`TmaFwdArgs::values_for`]).
         q2: tdesc = "q2_desc",
         k2: tdesc = "k2_desc",
@@ -214,9 +215,9 @@ kernel_args! {
 }
 
 impl TmaFwdArgs {
-    /// The parameters that `attn_fwd_tma_split` (a split head dim) has and the power-of-two
-    /// kernels (`attn_fwd_tma`, `attn_fwd_tma_ws`, `attn_fwd_tma_walk`) do not: the tail's
-    /// descriptors, after q, k and v's.
+    /// The parameters that `attn_fwd_tma_split` and `attn_fwd_tma_ws_split` (a split head dim)
+    /// have and the power-of-two kernels (`attn_fwd_tma`, `attn_fwd_tma_ws`, `attn_fwd_tma_walk`)
+    /// do not: the tail's descriptors, after q, k and v's.
     pub const SPLIT_PARAMS: std::ops::Range<usize> = 3..6;
 
     /// The values in the parameter order of a split head dim's kernel (`split`: all of

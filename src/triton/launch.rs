@@ -78,8 +78,9 @@ pub unsafe fn launch(driver: &'static Driver, call: &AttnCall, plan: &Plan, buff
 unsafe fn launch_reporting_to(driver: &'static Driver, device: DeviceKey, call: &AttnCall, plan: &Plan, buffers: &DeviceBuffers) -> Result<()> {
     let args = kernel_args(call, plan, buffers, |view| Ok(driver.encode_tensor_map(view)?))?;
     // SAFETY: the argument list is the kernel's parameter list (FwdArgs mirrors attn_fwd and
-    // TmaFwdArgs attn_fwd_tma_split, less the tail's descriptors attn_fwd_tma and its
-    // warp-specialized twins, checked by a test against the sources), the grid is the plan's,
+    // TmaFwdArgs attn_fwd_tma_split and attn_fwd_tma_ws_split, less the tail's descriptors
+    // attn_fwd_tma and its warp-specialized twins, checked by a test against the sources), the
+    // grid is the plan's,
     // and the caller upholds the buffer and stream contract above (the descriptors describe
     // views inside q, k and v).
     unsafe { run(driver, device, args.fwd, plan.grid, args.fwd_values, buffers.stream) }?;

@@ -11,7 +11,9 @@ pub enum Family {
     /// `attn_fwd_tma` (kernels/attention_tma.py) or, of classes [`Tile::PrefillWs`] and
     /// [`Tile::PrefillWalk`], `attn_fwd_tma_ws` and `attn_fwd_tma_walk` (kernels/attention_ws.py),
     /// sm_90: the attention of plain unsplit calls,
-    /// reading q, k and v through TMA descriptors ([`super::tma`]).
+    /// reading q, k and v through TMA descriptors ([`super::tma`]). At a split head dim
+    /// ([`super::tma::head_parts`]) the prefill and warp-specialized classes' `_split` kernels
+    /// (`attn_fwd_tma_split`, `attn_fwd_tma_ws_split`: three descriptors more).
     FwdTma,
 }
 
@@ -30,7 +32,8 @@ pub enum Tile {
     /// grids of many decode programs ([`crate::triton::Plan`] takes it); plain flat calls only, on
     /// the targets that build it (sm_90).
     DecodeBatch,
-    /// The warp-specialized TMA kernel (`attn_fwd_tma_ws`, [`Family::FwdTma`] only): 128-row
+    /// The warp-specialized TMA kernel (`attn_fwd_tma_ws`, `attn_fwd_tma_ws_split` at a split
+    /// head dim; [`Family::FwdTma`] only): 128-row
     /// query blocks split between two consumer warpgroups that share the K/V tiles a loader warp
     /// brings in; for prompts of many key tiles ([`super::tma::ws_keys`]).
     PrefillWs,

@@ -19,10 +19,11 @@ use candle::Result;
 /// 460 against 440. At d = 256 its 128-row tile takes every length (docs/bench-gpu-h200.md). The
 /// warp-specialized class takes the longer prompts at every head dim ([`ws_keys`]).
 ///
-/// The split head dims ([`head_parts`]: 80, 96, 160) have the prefill class alone, at every length:
-/// against cuDNN (JIT on an H100, f16, 16384 tokens per call, best of 3 alternating turns) d = 80
-/// 1.01-1.10x, d = 96 0.87-0.98x, d = 160 0.89-0.97x from 16 x 1024 to 4 x 4096, where the `tl`
-/// kernels' split tiles ran 0.84-0.91x at d = 80 and 96 (kernels/aot.py's TMA_TILES).
+/// At the split head dims ([`head_parts`]: 80, 96, 160) the prefill class takes every length (the
+/// warp-specialized class the long ones at 96 and 160 first, [`ws_keys`]): against cuDNN (JIT on
+/// an H100, f16, 16384 tokens per call, best of 3 alternating turns) d = 80 1.01-1.10x, d = 96
+/// 0.87-0.98x, d = 160 0.89-0.97x from 16 x 1024 to 4 x 4096, where the `tl` kernels' split tiles
+/// ran 0.84-0.91x at d = 80 and 96 (kernels/aot.py's TMA_TILES).
 pub fn max_keys(head_dim: usize, diagonal: bool) -> usize {
     match (head_dim, diagonal) {
         (80 | 96 | 160 | 256, _) => usize::MAX,
@@ -60,8 +61,18 @@ pub fn short_keys(head_dim: usize, diagonal: bool) -> usize {
 /// keys in JIT runs (kernels/aot.py), above the `tl` kernels past it (32 heads: 4 x 4096 404 / 418
 /// against 400 / 408, 2 x 8192 442 / 444 against 406 / 415, causal 2 x 8192 410 / 411 against 386
 /// / 392); its 192-row blocks are faster still (kernels/aot.py's TMA_TILES).
+///
+/// At the split head dims (`attn_fwd_tma_ws_split`) where it beat the prefill class in a JIT run
+/// on an H100 (f16 / bf16, TFLOP/s, best of 3 alternating turns, against the prefill class;
+/// kernels/aot.py's TMA_TILES has the rest): d = 160 from 1024 keys (16 x 1024 x 12 heads 504 /
+/// 515 against 455 / 469, causal 378 / 372 against 366 / 369; 4 x 4096 608 / 625 against 466 /
+/// 483, causal 530 / 553 against 436 / 450); d = 96 from 4096 keys without a diagonal (4 x 4096 x
+/// 21 heads 486 / 497 against 421 / 442; 16 x 1024 378 / 390 against 422 / 434; causal 4 x 4096
+/// 416 / 417 against 418 / 438). At d = 80 it was slower on every row (0.69-1.00x).
 pub fn ws_keys(head_dim: usize, diagonal: bool) -> usize {
     match (head_dim, diagonal) {
+        (160, _) => 1024,
+        (96, false) => 4096,
         (128 | 256, false) => 512,
         (128, true) => 2048,
         // Where its short class stops.

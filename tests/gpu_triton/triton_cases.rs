@@ -428,10 +428,13 @@ fn check_tma_cases(
 }
 
 /// The split head dims on the TMA kernel (sm_90: `attn_fwd_tma_split`, two descriptors per
-/// tensor, the tail's in 16- or 32-column boxes with the 32- or 64-byte swizzle), at every
-/// length on its prefill class: ragged key tiles, rows that see no key, a right window, many key
-/// tiles, GQA and MHA, f16 and bf16; heads strided across rows go to the other kernels. Each
-/// matches the CPU, output and LSE.
+/// tensor, the tail's in 16- or 32-column boxes with the 32- or 64-byte swizzle), on its prefill
+/// class and, for long key ranges at 96 and 160 (`tma::ws_keys`), its warp-specialized one
+/// (`attn_fwd_tma_ws_split`, 128-row blocks of two 64-row consumers): ragged key tiles and
+/// query blocks (a block's second part past the queries), rows that see no key, a right window,
+/// many key tiles, GQA, MQA and MHA, f16 and bf16 (alternating, so each head dim's ws cases have
+/// both), and varlen batches of mixed lengths; heads strided across rows go to the other kernels.
+/// Each runs the class the rule gives and matches the CPU, output and LSE.
 pub fn tma_split_head_dims_match_cpu() {
     let Some((cpu, mut rng)) = gpu_and_rng("tma_split_head_dims_match_cpu") else {
         return;
@@ -447,14 +450,63 @@ pub fn tma_split_head_dims_match_cpu() {
         (1, 130, 2100, 4, 2, 160, CAUSAL, false, true),
         (1, 300, 4200, 4, 2, 80, NONE, false, true),
         (2, 100, 100, 4, 2, 80, NONE, true, false),
+        // The warp-specialized class (dtypes alternate, f16 first): at its first key count
+        // without a diagonal and with one, ragged key tiles (128 keys at 96, 64 at 160), a third
+        // block with 44 of 128 rows (its second consumer's part past the queries).
+        (1, 300, 4096, 4, 2, 96, NONE, false, true),
+        (1, 300, 4200, 4, 2, 96, NONE, false, true),
+        (1, 300, 1024, 4, 2, 160, NONE, false, true),
+        (1, 300, 1100, 4, 1, 160, NONE, false, true),
+        (1, 300, 1024, 4, 2, 160, CAUSAL, false, true),
+        // Causal with more queries than keys: the first 150 rows see no key.
+        (1, 2200, 2050, 4, 2, 160, CAUSAL, false, true),
+        (1, 500, 3000, 4, 4, 160, CAUSAL, false, true),
+        (1, 300, 2300, 4, 2, 160, NONE, false, true),
+        (1, 300, 2100, 4, 2, 160, (None, Some(5)), false, true),
+        (1, 300, 2100, 4, 2, 160, (None, Some(40)), false, true),
+        // One key short of the class, and 96 with a diagonal: the prefill class.
+        (1, 1000, 4095, 4, 2, 96, NONE, false, true),
+        (1, 300, 1023, 4, 2, 160, CAUSAL, false, true),
+        (1, 300, 4200, 4, 2, 96, CAUSAL, false, true),
     ];
     // A build for sm_90 has their TMA kernels: without them every case would pass on attn_fwd.
     if fa::triton::KERNELS.iter().any(|k| k.target == "sm_90") {
-        for d in [80, 96, 160] {
-            assert!(has_tma("sm_90", d, Tile::Prefill), "no sm_90 TMA kernel at d = {d}");
+        for (d, tiles) in [(80, &[Tile::Prefill][..]), (96, &[Tile::Prefill, Tile::PrefillWs]), (160, &[Tile::Prefill, Tile::PrefillWs])] {
+            for &tile in tiles {
+                assert!(has_tma("sm_90", d, tile), "no sm_90 TMA kernel of class {tile:?} at d = {d}");
+            }
         }
     }
     check_tma_cases(&cpu, &mut rng, driver, units, &cases);
+    // Varlen batches (7 sequences, 8 heads, 2 KV heads: 168 programs of 128 rows, enough for an
+    // H100 or H200) whose longest key range takes the warp-specialized class: empty sequences,
+    // one query, rows that see no key (causal, fewer keys than queries), ragged lengths.
+    let long = [(300, 4100), (1, 1), (77, 1050), (0, 9), (130, 700), (64, 0), (200, 4200)];
+    let non_causal = [(300, 1100), (1, 1), (77, 1050), (0, 9), (130, 700), (64, 0), (200, 1200)];
+    let causal = [(300, 2100), (1, 1), (77, 2050), (0, 9), (130, 700), (64, 0), (300, 129)];
+    let heads = (8, 2);
+    for (n, (d, window, lens)) in [(96, NONE, long), (160, CAUSAL, causal), (160, NONE, non_causal)]
+        .into_iter()
+        .enumerate()
+    {
+        let dtype = DTYPES[n % 2];
+        let (max_q, max_k) = (lens.iter().map(|l| l.0).max().unwrap(), lens.iter().map(|l| l.1).max().unwrap());
+        let r = ragged(&mut rng, &lens, (heads.0, heads.1, d), dtype);
+        let fv = Features { scale: 0.3 / (d as f32).sqrt(), window, alibi: None, softcap: None };
+        let exp = expected(&r.seqs(), &vec![fv.ref_opts(max_k); lens.len()], (heads.0, heads.1, d), dtype, LseLayout::VarLen);
+        let (sq, sk) = r.seqlens();
+        let s = calls::Seqlens { q: &sq, k: &sk, max_q, max_k };
+        let chosen = fa::explain(|| fa::glue::offload::run_on_gpu(driver, || calls::varlen(&r.q, &r.k, &r.v, &s, fv))).unwrap();
+        let (_, ws) = crate::common::tma_rule::short_and_ws(d, window.1.is_some(), max_k);
+        assert!(ws, "d = {d}: {max_k} keys");
+        let fills = max_q.div_ceil(128) * lens.len() * heads.0 >= units;
+        let built = has_tma(&chosen.target, d, Tile::PrefillWs);
+        assert_eq!(chosen.variant.starts_with("fwd_tma_ws_"), built && fills, "varlen d = {d} ran {}", chosen.variant);
+        check_lse_variant(&format!("varlen d = {d} {window:?} up to {max_k} keys"), &cpu, &[&r.q, &r.k, &r.v, &sq, &sk], &exp, false, |a| {
+            let s = calls::Seqlens { q: &a[3], k: &a[4], max_q, max_k };
+            with_lse(calls::varlen_with_lse(&a[0], &a[1], &a[2], &s, fv))
+        });
+    }
 }
 
 /// Prompts the TMA kernel serves where built (sm_90, d = 64, 128 and 256, its split head dims in

@@ -9,6 +9,7 @@ The parsing and comparison run on synthetic metadata with any python3. With trit
 for gfx1100 and checks the real metadata, and that aot.py refuses a kernel whose wave size it
 assumed wrongly.
 """
+import ast
 import os
 import sys
 import tempfile
@@ -221,7 +222,7 @@ class BufferTwinTest(unittest.TestCase):
             self.assertEqual(len(own_class), count, tile)
             self.assertEqual({f["block_d"] for _, f in own_class}, dims, tile)
             self.assertTrue(all(n.endswith("_flat") and not f["paged"] and not f["extras"] for n, f in own_class))
-        # and the TMA kernels (attention_tma.py, attention_ws.py): exact head dims 64, 128 and 256,
+        # and the TMA kernels (attention_tma.py, attention_ws.py): head dims 64, 128 and 256 here,
         # both dtypes; the short class at 128 and 256, the warp-specialized one at all three, its
         # walking twin at 128.
         tma = {n: f["tile"] for n, family, f in sm90 if family == "fwd_tma"}
@@ -326,7 +327,7 @@ class SplitTileTest(unittest.TestCase):
 
     def test_variants_follow_the_power_of_two_above(self):
         def names(block_d, target):
-            # The TMA kernels are built at the exact power-of-two head dims only.
+            # The TMA kernels are built at exact head dims only (checked below).
             return sorted(n for n, family, f in aot.variants([block_d], list(aot.DTYPES), target) if family != "fwd_tma")
 
         for target in ("sm_80", "sm_86", "sm_90", "gfx90a", "gfx942", "gfx1030", "gfx1100", "gfx1103", "gfx1201"):
@@ -349,11 +350,23 @@ class SplitTileTest(unittest.TestCase):
                         want = own[0] if own else aot.kernel_tile(target, dict(fields, block_d=above))
                         self.assertEqual(aot.kernel_tile(target, fields), want, (target, block_d))
                         self.assertEqual(aot.one_loop(target, fields), aot.one_loop(target, dict(fields, block_d=above)))
-        # sm_90's TMA kernel at the split head dims: its prefill class alone, at 80, 96 and 160
-        # (two descriptors per tensor: a power of two and a tail of 16 or 32 columns).
+        # sm_90's TMA kernels at the split head dims: the prefill class at 80, 96 and 160, the
+        # warp-specialized one at 96 and 160 (two descriptors per tensor: a power of two and a tail
+        # of 16 or 32 columns), each through its class's split kernel (one parameter list for both).
         self.assertEqual(sorted(n for n, family, _ in aot.variants(list(aot.SPLIT_DIMS), list(aot.DTYPES), "sm_90")
                                 if family == "fwd_tma"),
-                         sorted(f"fwd_tma_{dt}_d{d}" for dt in aot.DTYPES for d in (80, 96, 160)))
+                         sorted([f"fwd_tma_{dt}_d{d}" for dt in aot.DTYPES for d in (80, 96, 160)]
+                                + [f"fwd_tma_ws_{dt}_d{d}" for dt in aot.DTYPES for d in (96, 160)]))
+        self.assertEqual(aot.TMA_SPLIT_KERNELS, {"prefill": "attn_fwd_tma_split", "prefill_ws": "attn_fwd_tma_ws_split"})
+        self.assertEqual({tile for (family, tile), tiles in aot.TMA_TILES.items()
+                          if family == "sm90" and set(tiles) & set(aot.SPLIT_DIMS)}, set(aot.TMA_SPLIT_KERNELS))
+        def params(source, kernel):
+            with open(os.path.join(REPO, "kernels", source)) as f:
+                tree = ast.parse(f.read())
+            return [a.arg for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == kernel
+                    for a in node.args.args]
+        self.assertEqual(params("attention_ws.py", "attn_fwd_tma_ws_split"), params("attention_tma.py", "attn_fwd_tma_split"))
+        self.assertIn("q2_desc", params("attention_ws.py", "attn_fwd_tma_ws_split"))
 
 
 @unittest.skipUnless(have_triton(), "needs triton (the build's venv)")

@@ -100,8 +100,9 @@ fn prefill_head_dim_tiles(driver: &'static Driver) {
 /// The split head-dim tiles (a power of two and a tail in operands of their own): Stable
 /// Diffusion's 40 (on 48 = 32 + 16, masked; CDNA builds have no 48 tile and pad it to 64), 80 and
 /// 160 and Phi-3's 96 at their own tiles, 72 on
-/// the 80 tile (masked tail); flat decode at 80 and 160, paged decode at 96 and paged prefill at
-/// 80 and 96 (pages of 16) and keys split at 80, merged by the 128 tile's merge.
+/// the 80 tile (masked tail); flat decode at 80 and 160, paged decode at 80 and 96 and paged
+/// prefill at 80 and 96 (pages of 16), keys split at 80, merged by the 128 tile's merge, and the
+/// extras variants (flat at 80, paged at 160).
 fn split_head_dims(driver: &'static Driver) {
     let mut rng = rng();
     take_launches();
@@ -119,12 +120,32 @@ fn split_head_dims(driver: &'static Driver) {
         check(&format!("paged prefill {dtype:?} d{d} page 16 causal"), driver, paged_call(&r, 16, &mut rng, true));
     }
     split_decode(driver, &mut rng, 80);
+    // Paged decode at 80 and the extras variants at 80 and 160: RDNA gives them launch tiles of
+    // their own (kernels/aot.py SPLIT_TILES: gfx1103's paged decode, gfx11's and gfx12's prefill_x).
+    let r = ragged(&mut rng, &[(1, 45), (1, 90)], (4, 1, 80), DType::F16);
+    check("paged decode F16 d80 page 16", driver, paged_call(&r, 16, &mut rng, false));
+    let [q, k, v] = batch_inputs(&mut rng, (1, 30, 50, 2, 1, 80), DType::F16);
+    let slopes = Tensor::new(&[0.25f32, 0.0625], &candle::Device::Cpu).unwrap();
+    check("prefill_x F16 d80 alibi softcap 5 window (12, 0)", driver, || {
+        Ok((fa::flash_attn_alibi_windowed_softcap(&q, &k, &v, Some(&slopes), scale(80), Some(12), Some(0), 5.0)?, None))
+    });
+    let r = ragged(&mut rng, &[(20, 40), (6, 33)], (2, 2, 160), DType::BF16);
+    let p = paginate(&mut rng, &r, 16, 1);
+    let (sq, sk) = r.seqlens();
+    let ranges = Tensor::new(&[[[0i32, 5], [9, 12]], [[2, 4], [5, 5]]], &candle::Device::Cpu).unwrap();
+    check("paged prefill_x BF16 d160 mm_prefix_ranges softcap 3", driver, || {
+        let (out, lse) = fa::flash_attn_varlen_paged_windowed_with_lse(
+            &r.q, &p.k_pages, &p.v_pages, &sq, &sk, &p.table, Some(&ranges), 20, 40, scale(160), None, Some(0), 16, Some(3.0),
+        )?;
+        Ok((out, Some(lse)))
+    });
     let cdna = driver.arch_name(0).is_ok_and(|arch| arch.starts_with("gfx9"));
     launched_must_include(
         "split_head_dims",
         &[if cdna { "fwd_prefill_fp16_d64p_" } else { "fwd_prefill_fp16_d48p_" }, "fwd_prefill_bf16_d80_", "fwd_prefill_fp16_d80p_", "fwd_prefill_fp16_d96_", "fwd_prefill_bf16_d160_",
           "fwd_decode_fp16_d80_flat", "fwd_decode_bf16_d80_flat", "fwd_decode_fp16_d160_flat", "fwd_decode_bf16_d96_paged",
-          "fwd_prefill_fp16_d80_paged", "fwd_prefill_bf16_d96_paged", "merge_fp16_d128"],
+          "fwd_prefill_fp16_d80_paged", "fwd_prefill_bf16_d96_paged", "merge_fp16_d128",
+          "fwd_decode_fp16_d80_paged", "fwd_prefill_fp16_d80_flat_x", "fwd_prefill_bf16_d160_paged_x"],
     );
 }
 

@@ -154,6 +154,16 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   scratch loads 30 -> 33, as gfx1100's below).
 # - Paged variants compute a gather address per key: where the flat tile spills in the key
 #   loop once paged (gfx11 and gfx942 at d = 128), the paged ones get 32-key tiles.
+# - gfx12 prefill_x d = 128 (128x32 at 6): the fp16 paged `_b32` twins reloaded once per key
+#   tile in the last masked loop (42.3 / 42.6 per 4096 MACs). attention.py's EXTRAS mask now
+#   takes the window as two scalar offsets from the row's position and leaves the mm_prefix
+#   range out of the last masked loop (two row vectors fewer live in every EXTRAS masked loop,
+#   four in the last): no key-loop scratch at d = 128, hot loops 0.998-1.004x. Rejected (fp16
+#   paged): waves_per_eu 5 (no scratch, 1.00-1.01x, 5 waves), 128x16 at 6 / 7 (1.08x; the
+#   64-bit twin, which shares the tile, 46.4 -> 50.8), 128x32 at 7 (hot-loop reloads), 64x32 /
+#   64x64 (the masked-loop load stays), 4 warps (56-66 hot-loop reloads), 2 stages (4-7),
+#   schedule_hint "attention" (the same code), "memory-bound-attention" (1-14), the in-thread
+#   transpose (1-2 in the 64-bit variants' hot loops, 3-5 in their masked ones).
 # - Decode: one wave of 16 rows (the GQA group of one or a few tokens), so no wave repeats
 #   another's products; on gfx1100 at d >= 128 only 16-key tiles stay out of the key loop's
 #   scratch. More programs per CU make up for the small ones (src/triton/split.rs counts waves).

@@ -354,8 +354,8 @@ TILES = {
 #   scratch), 64x64 / 64x128 / 8-warp tiles at 16x16 (d = 80 6.4-10.8, d = 160 5.0-8.2),
 #   256x32 / 256x64 on 8 waves (d = 80 7.4 / 6.1; d = 160 4.6 / 3.3 with key-loop scratch).
 #   Measured, not yet taken (its gfx942 emulator run did not finish): schedule_hint
-#   "attention,memory-bound-attention" too (LLVM's iterative-ilp scheduler) 5.5 / 7.1 -> 5.3 / 6.9 (441 / 571 -> 421 / 550 per key tile and wave; 1.09x / 1.01x of d =
-#   64's 4.8 / 6.8), padded and `_b32` variants 0.96-1.00x, no spills, 2 waves as before; gfx90a
+#   "attention,memory-bound-attention" too (LLVM's iterative-ilp scheduler) 5.5 / 7.1 -> 5.3 /
+#   6.9 (441 / 571 -> 421 / 550 per key tile and wave; 1.09x / 1.01x of d = 64's 4.8 / 6.8), padded and `_b32` variants 0.96-1.00x, no spills, 2 waves as before; gfx90a
 #   6.6 / 8.2 -> 6.2 / 7.9 (every d = 80 flat variant 0.94-0.99x). "attention" alone 5.5 / 6.9,
 #   "memory-bound-attention" alone 5.3 / 7.0, and without 16x16 6.0 / 7.5. At d = 160 the pair
 #   gives 3.8 / 4.6 -> 3.7 / 4.7 (f16 1.12x of d = 128, bf16 up: not taken; memory-bound-attention

@@ -355,12 +355,13 @@ TILES = {
 #   256x32 / 256x64 on 8 waves (d = 80 7.4 / 6.1; d = 160 4.6 / 3.3 with key-loop scratch).
 #   Measured, not yet taken (its gfx942 emulator run did not finish): schedule_hint
 #   "attention,memory-bound-attention" too (LLVM's iterative-ilp scheduler) 5.5 / 7.1 -> 5.3 /
-#   6.9 (441 / 571 -> 421 / 550 per key tile and wave; 1.09x / 1.01x of d = 64's 4.8 / 6.8), padded and `_b32` variants 0.96-1.00x, no spills, 2 waves as before; gfx90a
-#   6.6 / 8.2 -> 6.2 / 7.9 (every d = 80 flat variant 0.94-0.99x). "attention" alone 5.5 / 6.9,
+#   6.9 (441 / 571 -> 421 / 550 per key tile and wave; 1.09x / 1.01x of d = 64's 4.8 / 6.8),
+#   padded and `_b32` variants 0.96-1.00x, no spills, 2 waves as before; gfx90a 6.6 / 8.2 -> 6.2
+#   / 7.9 (every d = 80 flat variant 0.94-0.99x). "attention" alone 5.5 / 6.9,
 #   "memory-bound-attention" alone 5.3 / 7.0, and without 16x16 6.0 / 7.5. At d = 160 the pair
-#   gives 3.8 / 4.6 -> 3.7 / 4.7 (f16 1.12x of d = 128, bf16 up: not taken; memory-bound-attention
-#   alone 3.8 / 4.8); 128x64 there at waves_per_eu 1 4.5 / 5.5 (1 wave, AGPRs), at 2 3.6 / 4.4
-#   with 16-20 scratch loads in the hot loop.
+#   gives 3.8 / 4.6 -> 3.7 / 4.7 (f16 1.12x of d = 128, bf16 up: not taken;
+#   memory-bound-attention alone 3.8 / 4.8); 128x64 there at waves_per_eu 1 4.5 / 5.5 (1 wave,
+#   AGPRs), at 2 3.6 / 4.4 with 16-20 scratch loads in the hot loop.
 # - flat prefill d = 160 on gfx942: schedule_hint "attention" (SPLIT_OPTIONS), 3.9 / 4.7 ->
 #   3.8 / 4.6 (d = 128 3.3 / 4.2; gfx90a keeps none, see there). Its 32x32 V tail (32 keys) is
 #   read from LDS 16 bits at a time (ds_read_u16 and v_perm, 32 of 312 instructions), as d = 80's

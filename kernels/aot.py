@@ -154,6 +154,16 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   scratch loads 30 -> 33, as gfx1100's below).
 # - Paged variants compute a gather address per key: where the flat tile spills in the key
 #   loop once paged (gfx11 and gfx942 at d = 128), the paged ones get 32-key tiles.
+# - gfx12 prefill_x d = 128 (128x32 at 6): the fp16 paged `_b32` twins reloaded once per key
+#   tile in the last masked loop (42.3 / 42.6 per 4096 MACs). attention.py's EXTRAS mask now
+#   takes the window as two scalar offsets from the row's position and leaves the mm_prefix
+#   range out of the last masked loop (two row vectors fewer live in every EXTRAS masked loop,
+#   four in the last): no key-loop scratch at d = 128, hot loops 0.998-1.004x. Rejected (fp16
+#   paged): waves_per_eu 5 (no scratch, 1.00-1.01x, 5 waves), 128x16 at 6 / 7 (1.08x; the
+#   64-bit twin, which shares the tile, 46.4 -> 50.8), 128x32 at 7 (hot-loop reloads), 64x32 /
+#   64x64 (the masked-loop load stays), 4 warps (56-66 hot-loop reloads), 2 stages (4-7),
+#   schedule_hint "attention" (the same code), "memory-bound-attention" (1-14), the in-thread
+#   transpose (1-2 in the 64-bit variants' hot loops, 3-5 in their masked ones).
 # - Decode: one wave of 16 rows (the GQA group of one or a few tokens), so no wave repeats
 #   another's products; on gfx1100 at d >= 128 only 16-key tiles stay out of the key loop's
 #   scratch. More programs per CU make up for the small ones (src/triton/split.rs counts waves).
@@ -365,6 +375,15 @@ TILES = {
 #   (5.7 with 17 spills; at 16x16 5.2 with 6), 128x128 and d = 160 at 128x64 (3.5, key-loop
 #   scratch), 64x64 / 64x128 / 8-warp tiles at 16x16 (d = 80 6.4-10.8, d = 160 5.0-8.2),
 #   256x32 / 256x64 on 8 waves (d = 80 7.4 / 6.1; d = 160 4.6 / 3.3 with key-loop scratch).
+#   Measured, not yet taken (its gfx942 emulator run did not finish): schedule_hint
+#   "attention,memory-bound-attention" too (LLVM's iterative-ilp scheduler) 5.5 / 7.1 -> 5.3 /
+#   6.9 (441 / 571 -> 421 / 550 per key tile and wave; 1.09x / 1.01x of d = 64's 4.8 / 6.8),
+#   padded and `_b32` variants 0.96-1.00x, no spills, 2 waves as before; gfx90a 6.6 / 8.2 -> 6.2
+#   / 7.9 (every d = 80 flat variant 0.94-0.99x). "attention" alone 5.5 / 6.9,
+#   "memory-bound-attention" alone 5.3 / 7.0, and without 16x16 6.0 / 7.5. At d = 160 the pair
+#   gives 3.8 / 4.6 -> 3.7 / 4.7 (f16 1.12x of d = 128, bf16 up: not taken;
+#   memory-bound-attention alone 3.8 / 4.8); 128x64 there at waves_per_eu 1 4.5 / 5.5 (1 wave,
+#   AGPRs), at 2 3.6 / 4.4 with 16-20 scratch loads in the hot loop.
 # - flat prefill d = 160 on gfx942: schedule_hint "attention" (SPLIT_OPTIONS), 3.9 / 4.7 ->
 #   3.8 / 4.6 (d = 128 3.3 / 4.2; gfx90a keeps none, see there). Its 32x32 V tail (32 keys) is
 #   read from LDS 16 bits at a time (ds_read_u16 and v_perm, 32 of 312 instructions), as d = 80's

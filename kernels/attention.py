@@ -105,13 +105,19 @@ def _sequence(CuSeqQ, CuSeqK, b, is_varlen, seqlen_q, seqlen_k, total_rows, kv_r
 
 
 @triton.jit
-def _mask_scores(s, offs_n, row_lo, row_hi, pre_lo, pre_hi, EXTRAS: tl.constexpr):
+def _mask_scores(s, offs_n, row_lo, row_hi, pre_lo, pre_hi, pos, k_len, EXTRAS: tl.constexpr):
     """`s` with -inf where a row may not see key `offs_n`: outside its window [row_lo, row_hi)
-    and, with EXTRAS, outside its mm_prefix range [pre_lo, pre_hi)."""
+    and, with EXTRAS, outside its mm_prefix range [pre_lo, pre_hi) (None: no range). With EXTRAS
+    the window comes as the scalar key offsets [row_lo, row_hi] from the row's position `pos`
+    (attn_fwd), and keys from k_len on are masked here."""
     j = offs_n[None, :]
-    visible = (j >= row_lo[:, None]) & (j < row_hi[:, None])
     if EXTRAS:
-        visible = visible | ((j >= pre_lo[:, None]) & (j < pre_hi[:, None]))
+        rel = j - pos[:, None]
+        visible = (rel >= row_lo) & (rel <= row_hi) & (j < k_len)
+        if pre_lo is not None:
+            visible = visible | ((j >= pre_lo[:, None]) & (j < pre_hi[:, None]))
+    else:
+        visible = (j >= row_lo[:, None]) & (j < row_hi[:, None])
     return tl.where(visible, s, float("-inf"))
 
 
@@ -182,9 +188,9 @@ def _attend(
         if MASKED:
             if ONE_LOOP:
                 if (n0 < full_start) | (n0 >= full_end):
-                    s = _mask_scores(s, offs_n, row_lo, row_hi, pre_lo, pre_hi, EXTRAS)
+                    s = _mask_scores(s, offs_n, row_lo, row_hi, pre_lo, pre_hi, pos, k_len, EXTRAS)
             else:
-                s = _mask_scores(s, offs_n, row_lo, row_hi, pre_lo, pre_hi, EXTRAS)
+                s = _mask_scores(s, offs_n, row_lo, row_hi, pre_lo, pre_hi, pos, k_len, EXTRAS)
         if EXTRAS or not FOLD_SCALE:
             m_new = tl.maximum(m_i, tl.max(s, 1))
         else:
@@ -289,6 +295,11 @@ def attn_fwd(
     full_lo, _unused3 = _key_range(i_last + k_len - q_len, k_len, window_left, window_right)
     _unused4, full_hi = _key_range(i_first + k_len - q_len, k_len, window_left, window_right)
     row_lo, row_hi = _key_range(pos, k_len, window_left, window_right)
+    if EXTRAS:
+        # The window as key offsets from pos (_mask_scores), two scalars instead of two row
+        # vectors live across the key loops: pos is live there anyway (ALiBi).
+        row_lo = tl.where(window_left < 0, -2147483647, -window_left)
+        row_hi = tl.where(window_right < 0, 2147483647, window_right)
 
     slope = tl.zeros([BLOCK_M], tl.float32)
     pre_lo = tl.zeros([BLOCK_M], tl.int32)
@@ -356,7 +367,8 @@ def attn_fwd(
     # The key tiles in three software-pipelined loops, [start, f0) masked, [f0, f1) unmasked,
     # [f1, end) masked; or (ONE_LOOP) in one loop that masks only the tiles outside [f0, f1): a
     # test per tile, but one pipeline prologue and drain instead of three, the better trade where
-    # a program has few tiles (kernels/aot.py says where it is compiled in).
+    # a program has few tiles (kernels/aot.py says where it is compiled in). The last loop gets
+    # no mm_prefix range: with one, every tile is in the first (the ranges' block above).
     first_end = end if ONE_LOOP else f0
     acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, start, first_end,
                             k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
@@ -381,7 +393,7 @@ def attn_fwd(
         acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, f1, end,
                                 k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                                 qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
-                                row_lo, row_hi, pre_lo, pre_hi,
+                                row_lo, row_hi, None, None,
                                 BLOCK_N, BLOCK_D2, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, False, f0, f1)
 
     out, lse2 = _normalize(acc, m_i, l_i)

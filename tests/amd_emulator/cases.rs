@@ -280,7 +280,8 @@ fn varlen(driver: &'static Driver) {
     launched_must_include("varlen", &["fwd_prefill_fp16_d64_flat", "fwd_prefill_bf16_d64_flat"]);
 }
 
-/// ALiBi + softcap + window (the prefill `_x` variants), and mm_prefix_ranges on paged K/V.
+/// ALiBi + softcap + window (the prefill `_x` variants), mm_prefix_ranges on paged K/V, and
+/// softcap + window on paged K/V at d = 128.
 fn extras(driver: &'static Driver) {
     let mut rng = rng();
     take_launches();
@@ -300,8 +301,23 @@ fn extras(driver: &'static Driver) {
             )?;
             Ok((out, Some(lse)))
         });
+        // d = 128 paged with softcap and a window whose blocks take all three key loops (masked,
+        // unmasked, masked): the window's offsets from each row's position (attention.py's
+        // _mask_scores) on the tile whose masked loops came nearest to scratch (gfx1201).
+        let r = ragged(&mut rng, &[(40, 200), (7, 50)], (2, 1, 128), dtype);
+        let p = paginate(&mut rng, &r, 16, 1);
+        let (sq, sk) = r.seqlens();
+        check(&format!("paged prefill_x {dtype:?} d128 window (90, 0) softcap 3"), driver, || {
+            let (out, lse) = fa::flash_attn_varlen_paged_windowed_with_lse(
+                &r.q, &p.k_pages, &p.v_pages, &sq, &sk, &p.table, None, 40, 200, scale(128), Some(90), Some(0), 16, Some(3.0),
+            )?;
+            Ok((out, Some(lse)))
+        });
     }
-    launched_must_include("extras", &["fwd_prefill_fp16_d64_flat_x", "fwd_prefill_fp16_d64_paged_x", "fwd_prefill_bf16_d64_flat_x"]);
+    launched_must_include(
+        "extras",
+        &["fwd_prefill_fp16_d64_flat_x", "fwd_prefill_fp16_d64_paged_x", "fwd_prefill_bf16_d64_flat_x", "fwd_prefill_fp16_d128_paged_x", "fwd_prefill_bf16_d128_paged_x"],
+    );
 }
 
 /// Decode with softcap and ALiBi: the decode `_x` variants.

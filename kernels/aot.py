@@ -336,11 +336,11 @@ TILES = {
 #   56.5 / 59.0 -> 48.2 / 50.5 (1.22x -> 1.04x of d = 128's 46.4; 8-11 spills -> 0-1); at 6
 #   paged 51.7 (1.11x), at 7 51.6 with 30 spills, 64x16 at 5 53.9; 128x32 and 64x32 reload 7-26
 #   times in the key loop.
-# - gfx11 prefill_x d = 80: 128x32 over 8 waves at waves_per_eu 4 (256 VGPRs; rdna3 6 -> 5 waves,
-#   rdna3_small 4 as before): gfx1100 paged 87.0 / 92.3 -> 76.2 / 80.0 (1.12x -> 0.98x of d = 64's
-#   77.9), flat 75.5 / 80.6 -> 66.7 / 70.3, gfx1103 within 1.2 of those; 17-37 spills in the paged,
-#   184 in the flat variants, none in a key loop (at 5 gfx1151's padded paged ones reload 3 times,
-#   at 6 gfx1100's 1-14); 64x32 reloads, 32x16 99.5, 64x16 without the transpose 87.0.
+# - gfx11 prefill_x d = 80 stays on 64x16 over 4 waves (gfx1100 paged f16 87.0, 1.12x of d = 64's
+#   77.9): 128x32 over 8 waves at waves_per_eu 4 issued 76.2 / 80.0 (0.98x), but with the extras
+#   mask as scalar window offsets (attention.py's _mask_scores) its padded paged f16 variant
+#   (d80p_paged_x) reloads once in the key loop on gfx1100 and gfx1103; at 5 gfx1151's padded
+#   paged ones reload 3 times, at 6 gfx1100's 1-14; 64x32 reloads, 32x16 99.5.
 # - rdna3_small paged decode d = 80: 32x32 over 2 waves at 4, 56.4 / 60.2 -> 45.8 / 49.8 (1.21x ->
 #   0.98x of d = 64's 46.8; 8 spills outside the key loop); 16x32 54.6, 16x16 75.4. (d = 96, within
 #   1.1x already: 49.0 -> 42.5 there, with 12-18 spills; kept.)
@@ -394,13 +394,11 @@ TILES = {
 #   keys (80 values per lane), and 64-key tiles do not fit the registers.
 SPLIT_TILES = {
     ("rdna3", "prefill"): {80: (64, 32, 4, 1, 6), 96: (64, 32, 4, 1, 6), 160: (128, 32, 8, 1, 5)},
-    ("rdna3", "prefill_x"): {80: (128, 32, 8, 1, 4)},
     ("rdna4", "prefill"): {80: (128, 64, 8, 1, 6), 96: (128, 64, 8, 1, 6), 160: (128, 32, 8, 1, 5)},
     ("rdna4", "prefill_paged"): {80: (128, 64, 8, 1, 5), 160: (128, 32, 8, 1, 5)},
     ("rdna4", "prefill_x"): {160: (128, 16, 8, 1, 5)},
     ("rdna4", "decode"): {80: (16, 32, 1, 1, 6), 96: (16, 32, 1, 1, 6)},
     ("rdna3_small", "prefill"): {48: (128, 32, 8, 1, 7), 80: (64, 32, 4, 1, 4), 96: (32, 32, 2, 1, 4)},
-    ("rdna3_small", "prefill_x"): {80: (128, 32, 8, 1, 4)},
     ("rdna3_small", "decode_paged"): {80: (32, 32, 2, 1, 4)},
     ("cdna", "prefill_x"): {160: (128, 32, 4, 1, 2)},
     ("cdna", "prefill_paged"): {80: (128, 64, 4, 1, 2), 96: (128, 64, 4, 1, 2)},

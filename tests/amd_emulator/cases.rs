@@ -120,8 +120,8 @@ fn split_head_dims(driver: &'static Driver) {
         check(&format!("paged prefill {dtype:?} d{d} page 16 causal"), driver, paged_call(&r, 16, &mut rng, true));
     }
     split_decode(driver, &mut rng, 80);
-    // Paged decode at 80 and the extras variants at 80 and 160: RDNA gives them launch tiles of
-    // their own (kernels/aot.py SPLIT_TILES: gfx1103's paged decode, gfx11's and gfx12's prefill_x).
+    // Paged decode at 80 and the extras variants at 80 and 160 (kernels/aot.py SPLIT_TILES gives
+    // gfx1103's paged decode at 80 and gfx12's extras at 160 launch tiles of their own).
     let r = ragged(&mut rng, &[(1, 45), (1, 90)], (4, 1, 80), DType::F16);
     check("paged decode F16 d80 page 16", driver, paged_call(&r, 16, &mut rng, false));
     let [q, k, v] = batch_inputs(&mut rng, (1, 30, 50, 2, 1, 80), DType::F16);

@@ -71,7 +71,8 @@ Columns and definitions:
 occupancy from its descriptor disagrees with LLVM's, or whose
 issued/useful is above 1.00 (without matrix cores: whose dot/FMA issued/useful is above
 FMA_REPEAT_LIMIT, well above the softmax's own FMAs and below the 2.00 of any repeated
-product), or whose head-dim tile is <= 128 and whose hot loop has scratch stores or loads.
+product), or whose head-dim tile is <= 128 and any of whose key loops (the hot one, or a masked
+one before or after it) has scratch stores or loads.
 
 --reference FILE compiles AMD's own Triton flash-attention forward (`attn_fwd` of aiter's
 flash_attn_triton_amd/fwd_prefill.py, a fetched copy, never part of this repo; its sibling
@@ -816,6 +817,9 @@ def check(rows):
         if row["block_d"] <= 128 and loop_spills(row):
             problems.append(f"{where}: {row['hot']['stores']} scratch stores and {row['hot']['loads']} loads in the "
                             f"key loop (head-dim tile {row['block_d']})")
+        if row["block_d"] <= 128 and (row["other_stores"] or row["other_loads"]):
+            problems.append(f"{where}: {row['other_stores']} scratch stores and {row['other_loads']} loads in its "
+                            f"other key loops (the masked ones; head-dim tile {row['block_d']})")
     return problems
 
 

@@ -68,7 +68,7 @@ def fill(n, mnemonic="v_add_f32_e32 v0, v1, v2"):
     return "".join(f"\t{mnemonic}\n" for _ in range(n))
 
 
-def kernel_asm(hot_wmma=20, hot_other=387, masked_extra=50, spill_in_hot=False, target="gfx1100", vgprs=237,
+def kernel_asm(hot_wmma=20, hot_other=387, masked_extra=50, spill_in_hot=False, spill_in_masked=False, target="gfx1100", vgprs=237,
                agprs=0, sgprs=79, threads=256, wave=32, scratch=0, spills=0, static_lds=0, matrix=None,
                occupancy=6, descriptor_vgprs=None):
     """A kernel shaped like attn_fwd's: a masked key loop, an unmasked one (the hot loop, with an
@@ -78,6 +78,8 @@ def kernel_asm(hot_wmma=20, hot_other=387, masked_extra=50, spill_in_hot=False, 
     hot_spill = ("\tscratch_store_b32 off, v1, off offset:4 ; 4-byte Folded Spill\n"
                  "\tscratch_load_b32 v1, off, off offset:4 ; 4-byte Folded Reload\n") if spill_in_hot else ""
     hot_other -= 2 if spill_in_hot else 0
+    masked_spill = ("\tscratch_store_b32 off, v1, off offset:8 ; 4-byte Folded Spill\n"
+                    "\tscratch_load_b32 v1, off, off offset:8 ; 4-byte Folded Reload\n") if spill_in_masked else ""
     return f"""	.amdgcn_target "amdgcn-amd-amdhsa--{target}"
 	.text
 	.globl	attn_fwd
@@ -102,7 +104,7 @@ attn_fwd:                               ; @attn_fwd
 	s_nop 0
 	s_cbranch_scc1 .LBB0_4
 .LBB0_6:                                ; =>This Inner Loop Header: Depth=1
-{fill(4)}{body}{fill(hot_other - 6 + masked_extra)}	s_cbranch_scc0 .LBB0_3
+{fill(4)}{masked_spill}{body}{fill(hot_other - 6 + masked_extra - len(masked_spill.splitlines()))}	s_cbranch_scc0 .LBB0_3
 ; %bb.8:                                ;   in Loop: Header=BB0_6 Depth=1
 	s_branch .LBB0_6
 .Lfunc_end0:
@@ -444,6 +446,20 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(cells[:5], ["gfx1100", "ours", "fwd_prefill_fp16_d128_flat", "32x32, 8", "128"])
         self.assertEqual(cells[-3:], ["32x32x128 wmma[8,1]; 32x128x32 wmma[2,4]", "1.00", "49.4"])
         self.assertIn("| gfx1100 | ours | fwd_prefill_fp16_d128_flat |", kr.markdown([good], "/tmp/x"))
+
+    def test_check_covers_the_masked_key_loops(self):
+        """A reload in a masked key loop, not the hot one, fails --check at d <= 128 as one in the
+        hot loop does (gfx1201's paged extras `_b32` at d = 128 had one before the window mask
+        became scalar offsets, issue 59); at d = 256 it may."""
+        row = analyze(kernel_asm(hot_wmma=8, spill_in_masked=True, target="gfx1201"), target="gfx1201")
+        row.update(variant="fwd_prefill_fp16_d128_paged_x_b32", tile="prefill", dtype="fp16", even_d=True, paged=True,
+                   extras=True)
+        self.assertEqual((row["hot"]["stores"], row["hot"]["loads"], row["other_stores"], row["other_loads"]),
+                         (0, 0, 1, 1))
+        problems = kr.check([row, dict(row, block_d=256, variant="fwd_prefill_fp16_d256_paged_x_b32")])
+        self.assertEqual(len(problems), 1, problems)
+        self.assertIn("gfx1201 fwd_prefill_fp16_d128_paged_x_b32: 1 scratch stores and 1 loads in its other key loops",
+                      problems[0])
 
     def test_check_on_the_small_register_parts(self):
         # gfx1103 (1024 VGPRs) is checked as gfx1100 is: key-loop scratch at d <= 128 fails.

@@ -375,11 +375,11 @@ TILES = {
 #   (5.7 with 17 spills; at 16x16 5.2 with 6), 128x128 and d = 160 at 128x64 (3.5, key-loop
 #   scratch), 64x64 / 64x128 / 8-warp tiles at 16x16 (d = 80 6.4-10.8, d = 160 5.0-8.2),
 #   256x32 / 256x64 on 8 waves (d = 80 7.4 / 6.1; d = 160 4.6 / 3.3 with key-loop scratch).
-#   Measured, not yet taken (its gfx942 emulator run did not finish): schedule_hint
-#   "attention,memory-bound-attention" too (LLVM's iterative-ilp scheduler) 5.5 / 7.1 -> 5.3 /
-#   6.9 (441 / 571 -> 421 / 550 per key tile and wave; 1.09x / 1.01x of d = 64's 4.8 / 6.8),
-#   padded and `_b32` variants 0.96-1.00x, no spills, 2 waves as before; gfx90a 6.6 / 8.2 -> 6.2
-#   / 7.9 (every d = 80 flat variant 0.94-0.99x). "attention" alone 5.5 / 6.9,
+#   Then schedule_hint "attention,memory-bound-attention" (LLVM's iterative-ilp scheduler;
+#   SPLIT_OPTIONS) 5.5 / 7.1 -> 5.3 / 6.9 (441 / 571 -> 421 / 550 per key tile and wave; 1.09x /
+#   1.01x of d = 64's 4.8 / 6.8), padded and `_b32` variants 0.96-1.00x, no spills, 2 waves as
+#   before; gfx90a 6.6 / 8.2 -> 6.2 / 7.9 (every d = 80 flat variant 0.94-0.99x), gfx950 4.4 ->
+#   4.3 (padded 5.2 -> 5.0; f16 = bf16 there). "attention" alone 5.5 / 6.9,
 #   "memory-bound-attention" alone 5.3 / 7.0, and without 16x16 6.0 / 7.5. At d = 160 the pair
 #   gives 3.8 / 4.6 -> 3.7 / 4.7 (f16 1.12x of d = 128, bf16 up: not taken;
 #   memory-bound-attention alone 3.8 / 4.8); 128x64 there at waves_per_eu 1 4.5 / 5.5 (1 wave,
@@ -408,7 +408,7 @@ SPLIT_TILES = {
 # tile): matrix_instr_nonkdim (16: MFMA 16x16x16, 32: 32x32x8; 0, Triton's choice per dot),
 # kpack and schedule_hint.
 SPLIT_OPTIONS = {
-    ("cdna", "prefill", 80): {"matrix_instr_nonkdim": 16},
+    ("cdna", "prefill", 80): {"matrix_instr_nonkdim": 16, "schedule_hint": "attention,memory-bound-attention"},
     ("cdna", "prefill_paged", 80): {"matrix_instr_nonkdim": 16},
     ("cdna", "prefill_paged", 96): {"kpack": 2},
     # gfx942 alone: on gfx90a the same hint issues 1.02-1.09x and spills more.

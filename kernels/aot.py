@@ -79,6 +79,30 @@ DTYPES = {"fp16": "fp16", "bf16": "bf16"}
 #   gfx12 128x16 at 5 (256 VGPRs): f16 / bf16 flat 11.4 / 12.5, paged 18.9 / 20.2, no scratch in
 #   any key loop (at 6 with the transpose flat 11.5 / 12.5 with 2 / 1 reloads in the hot loop;
 #   128x32 at 5 9.0 with 9, at 6 9.1 with 14; 128x64 at 4 7.9 with 33; 64x16 at 5 12.9 with 1).
+#   The flat EVEN_D variants now take 128x32 at 5 with KEY_HALVES (below): 11.4 / 12.5 -> 8.4 /
+#   9.7 (364 / 399 instructions a wave per 16 keys -> 540 / 620 per 32), no scratch in any key
+#   loop (11 spills, stored and reloaded once per program outside them; 48 bytes), 5 waves, LDS
+#   ops 1.19 per 4096 MACs as before; gfx1200 the same. Tried at d = 256 (f16 / bf16, hot loop,
+#   scratch loads per key tile in the hot loop, masked loops in parentheses):
+#   - 128x32 plain: at 4 as at 5; schedule_hint "attention" 9.0 / 10.5 with 9; "memory-bound-
+#     attention" 11.0 / 11.8 with 72 / 58 and stores; both 9.5 / 10.8 with 40 / 52; 2 stages
+#     8.9 / 10.3 with 11 / 14; K loaded keys-major and transposed in tl.dot 8.8 / 10.4 with 11 /
+#     12 (Q's registers reloaded); P converted before V's load 9.0 with 10; a scalar tile pointer
+#     plus invariant offsets 9.2 with 10; byte pointers with u32 offsets lost the 128-bit loads
+#     (14.7 with 76).
+#   - 64x32 / 64x64 over 4 warps 10.9 / 9.9 with 23 / 61; 16 warps on 128x32 / 128x64 13.8 /
+#     11.9, issued/useful 1.50 (the QK product's 128 rows over 16 waves).
+#   - Halves (one rescale per 32 keys, operands of 16): K and V in halves, masked loops too,
+#     9.1 / 10.5 (hot 0, masked 88 / 87); masked loops on 16 keys 9.2 / 10.4 (bf16 hot 1, masked
+#     6); K whole and V in halves 8.9 / 10.1 (bf16 hot 1, masked 1 / 2); both masked loops first
+#     8.9 / 10.2 (none); with the scalar tile pointer 8.3 / 9.5 (f16 hot 1); K's halves joined
+#     into one dot (taken) 8.4 / 9.7. V's halves loaded together 8.9 with 6; pointer tensors
+#     carried in the loop 9.7 with 3 (47 register moves); 128x64 with K in two 32-key dots and V
+#     in quarters 8.0 / 9.3 with 20. P to bf16 written as the rounding's bit operations: LLVM
+#     emits its own lowering (the same code).
+#   - The padded variants keep 128x16: with KEY_HALVES the 64-bit ones reload 24 / 23 times in
+#     the hot loop (9.4 / 10.5); their `_b32` twins would issue 8.3 / 9.7 without key-loop
+#     scratch, but a twin takes its 64-bit variant's tile (src/triton/select.rs).
 #   gfx11 128x32 at 5: flat 11.1 / 12.3 (hot-loop scratch loads 28 -> 33 / 31 per 32 keys; at 6
 #   11.2 with 37; 128x16 at 5 14.8 with 28 per 16 keys; 128x64 at 5 9.5 with 50 and 20 stores in
 #   the masked loops), paged 17.2 / 18.8 (26.4 / 27.7 before; loads 35 -> 37).
@@ -620,6 +644,8 @@ def tile_key(target, fields):
 def kernel_tile(target, fields):
     """(BLOCK_M, BLOCK_N, num_warps, num_stages, occupancy hint) of an attn_fwd variant."""
     key = tile_key(target, fields)
+    if key_halves(target, fields):
+        return KEY_HALVES[(*key, fields["block_d"])]
     own = SPLIT_TILES.get(key, {}).get(fields["block_d"])
     return own or TILES[key][tile_dim(fields["block_d"])]
 
@@ -908,13 +934,30 @@ def in_thread_transpose(target, fields):
     return key not in ITT_SKIP and key + (fields.get("ptr32", False),) not in ITT_SKIP
 
 
+# attn_fwd's KEY_HALVES (attention.py, _attend_halves): per (tile family, kernel class, head-dim
+# tile) the launch tile of its flat EVEN_D variants without EXTRAS (the padded ones, their `_b32`
+# twins among them, keep TILES'), whose unmasked key tiles of BLOCK_N keys load K in two halves
+# joined into one dot and V in two halves with dots of their own, and whose masked tiles run
+# _attend on BLOCK_N / 2 keys: the accumulator rescale (128 multiplies a wave at d = 256) once per
+# BLOCK_N keys with the operand registers of BLOCK_N / 2. Figures in TILES' d = 256 bullet.
+KEY_HALVES = {("rdna4", "prefill", 256): (128, 32, 8, 1, 5)}
+
+
+def key_halves(target, fields):
+    """Whether the attn_fwd variant `fields` of `target` takes KEY_HALVES (and its tile)."""
+    if target_kind(target) == "cuda" or fields["paged"] or fields["extras"] or not fields["even_d"]:
+        return False
+    return (tile_family(target), fields["tile"], fields["block_d"]) in KEY_HALVES and not fields.get("ptr32", False)
+
+
 def fwd_constexprs(target, fields):
     """attn_fwd's compile-time arguments for the variant `fields` of `target`."""
     bm, bn = kernel_tile(target, fields)[:2]
     block_d, block_d2 = dim_parts(fields["block_d"])
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": block_d, "BLOCK_D2": block_d2, "EVEN_D": fields["even_d"],
             "PAGED": fields["paged"], "EXTRAS": fields["extras"], "PAGE_TILES": page_tiles(target, fields),
-            "FOLD_SCALE": target_kind(target) != "cuda", "ONE_LOOP": one_loop(target, fields)}
+            "FOLD_SCALE": target_kind(target) != "cuda", "ONE_LOOP": one_loop(target, fields),
+            "KEY_HALVES": key_halves(target, fields)}
 
 
 def compile_one(job):

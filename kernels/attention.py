@@ -31,7 +31,9 @@ each then switched at run time); ONE_LOOP (per target and tile class, not a vari
 tile in one loop, see attn_fwd and kernels/aot.py's one_loop); FOLD_SCALE (per target, not a
 variant: the softmax scale folded into the exponent's FMA, on AMD, where it saves a multiply per
 score; on sm_90 it ran up to 5% slower at d = 64); PAGE_TILES (per target, not a variant: paged variants get a
-second key loop for pages that hold whole tiles, chosen at run time). Everything else, the
+second key loop for pages that hold whole tiles, chosen at run time); KEY_HALVES (per target,
+tile class and head-dim tile, flat EVEN_D variants without EXTRAS: unmasked key tiles loaded in
+halves, _attend_halves; kernels/aot.py's KEY_HALVES). Everything else, the
 batch/varlen choice included, is a run-time argument so that one code object serves every shape.
 """
 
@@ -215,6 +217,41 @@ def _attend(
 
 
 @triton.jit
+def _attend_halves(acc, m_i, l_i, q, K, V, offs_d, d_mask, start, end, stride_kn, stride_vn, qk_scale,
+                   BLOCK_N: tl.constexpr, EVEN_D: tl.constexpr):
+    """_attend's unmasked tiles [start, end) for flat K/V, EVEN_D or not, without EXTRAS or a
+    split head dim, with FOLD_SCALE: one softmax update (maximum, accumulator rescale) per tile
+    of BLOCK_N keys, with the load registers of BLOCK_N / 2. K comes in two halves joined into the
+    tile's one QK product, V in two halves with a PV product each (P split in registers). The
+    tiles' addresses are a scalar pointer stepped per tile plus offsets that both halves share
+    (kernels/aot.py's KEY_HALVES has what each choice measured)."""
+    HALF: tl.constexpr = BLOCK_N // 2
+    k_offs = (tl.arange(0, HALF) * stride_kn)[None, :] + offs_d[:, None]
+    v_offs = (tl.arange(0, HALF) * stride_vn)[:, None] + offs_d[None, :]
+    K_t = K + start * stride_kn
+    V_t = V + start * stride_vn
+    for n0 in range(start, end, BLOCK_N):
+        k_a = _load_tile(K_t + k_offs, None, d_mask[:, None], False, EVEN_D)
+        k_b = _load_tile(K_t + HALF * stride_kn + k_offs, None, d_mask[:, None], False, EVEN_D)
+        k = tl.reshape(tl.permute(tl.join(k_a, k_b), (0, 2, 1)), [k_a.shape[0], BLOCK_N])
+        s = tl.dot(q, k)
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(tl.fma(s, qk_scale, -m_safe[:, None]))
+        alpha = tl.math.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        p_a, p_b = tl.split(tl.permute(tl.reshape(p.to(V.dtype.element_ty), [p.shape[0], 2, HALF]), (0, 2, 1)))
+        v_a = _load_tile(V_t + v_offs, None, d_mask[None, :], False, EVEN_D)
+        acc = acc * alpha[:, None] + tl.dot(p_a, v_a)
+        v_b = _load_tile(V_t + HALF * stride_vn + v_offs, None, d_mask[None, :], False, EVEN_D)
+        acc = tl.dot(p_b, v_b, acc)
+        m_i = m_new
+        K_t += BLOCK_N * stride_kn
+        V_t += BLOCK_N * stride_vn
+    return acc, m_i, l_i
+
+
+@triton.jit
 def _load_tile(ptrs, kv_mask, d_mask, MASKED: tl.constexpr, EVEN_D: tl.constexpr):
     """A K, V or Q tile at `ptrs`, zero where `kv_mask` (keys in the sequence, MASKED tiles only)
     or `d_mask` (head-dim columns, unless EVEN_D) is false; both masks broadcast to the tile."""
@@ -249,7 +286,7 @@ def attn_fwd(
     num_splits, split_len,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_D2: tl.constexpr,
     EVEN_D: tl.constexpr, PAGED: tl.constexpr, EXTRAS: tl.constexpr, PAGE_TILES: tl.constexpr,
-    FOLD_SCALE: tl.constexpr, ONE_LOOP: tl.constexpr,
+    FOLD_SCALE: tl.constexpr, ONE_LOOP: tl.constexpr, KEY_HALVES: tl.constexpr = False,
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -369,32 +406,50 @@ def attn_fwd(
     # test per tile, but one pipeline prologue and drain instead of three, the better trade where
     # a program has few tiles (kernels/aot.py says where it is compiled in). The last loop gets
     # no mm_prefix range: with one, every tile is in the first (the ranges' block above).
-    first_end = end if ONE_LOOP else f0
-    acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, start, first_end,
-                            k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
-                            qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
-                            row_lo, row_hi, pre_lo, pre_hi,
-                            BLOCK_N, BLOCK_D2, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, ONE_LOOP, f0, f1)
-    if not ONE_LOOP:
-        # The unmasked tiles. With PAGE_TILES, pages holding whole tiles get a loop of their own
-        # that reads the table once per tile (kernels/aot.py says where it is compiled in).
-        if PAGED and PAGE_TILES and page_size % BLOCK_N == 0:
-            acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, f0, f1,
-                                    k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
-                                    qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
-                                    row_lo, row_hi, pre_lo, pre_hi,
-                                    BLOCK_N, BLOCK_D2, PAGED, EXTRAS, False, EVEN_D, True, FOLD_SCALE, False, f0, f1)
-        else:
-            acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, f0, f1,
-                                    k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
-                                    qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
-                                    row_lo, row_hi, pre_lo, pre_hi,
-                                    BLOCK_N, BLOCK_D2, PAGED, EXTRAS, False, EVEN_D, False, FOLD_SCALE, False, f0, f1)
+    if KEY_HALVES:
+        # The masked tiles on BLOCK_N / 2 keys, both masked loops first (no value then lives
+        # across the unmasked loop for a loop after it), then the unmasked tiles in halves
+        # (_attend_halves). The softmax update is order-free. kernels/aot.py's KEY_HALVES.
+        tl.static_assert(not PAGED and not EXTRAS and BLOCK_D2 == 0 and FOLD_SCALE and not ONE_LOOP)
+        acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, start, f0,
+                                k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
+                                qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
+                                row_lo, row_hi, pre_lo, pre_hi,
+                                BLOCK_N // 2, BLOCK_D2, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, False, f0, f1)
         acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, f1, end,
                                 k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                                 qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
                                 row_lo, row_hi, None, None,
-                                BLOCK_N, BLOCK_D2, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, False, f0, f1)
+                                BLOCK_N // 2, BLOCK_D2, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, False, f0, f1)
+        acc, m_i, l_i = _attend_halves(acc, m_i, l_i, q, k_base, v_base, offs_d, d_mask, f0, f1, stride_kn, stride_vn,
+                                       qk_scale, BLOCK_N, EVEN_D)
+    else:
+        first_end = end if ONE_LOOP else f0
+        acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, start, first_end,
+                                k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
+                                qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
+                                row_lo, row_hi, pre_lo, pre_hi,
+                                BLOCK_N, BLOCK_D2, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, ONE_LOOP, f0, f1)
+        if not ONE_LOOP:
+            # The unmasked tiles. With PAGE_TILES, pages holding whole tiles get a loop of their own
+            # that reads the table once per tile (kernels/aot.py says where it is compiled in).
+            if PAGED and PAGE_TILES and page_size % BLOCK_N == 0:
+                acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, f0, f1,
+                                        k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
+                                        qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
+                                        row_lo, row_hi, pre_lo, pre_hi,
+                                        BLOCK_N, BLOCK_D2, PAGED, EXTRAS, False, EVEN_D, True, FOLD_SCALE, False, f0, f1)
+            else:
+                acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, f0, f1,
+                                        k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
+                                        qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
+                                        row_lo, row_hi, pre_lo, pre_hi,
+                                        BLOCK_N, BLOCK_D2, PAGED, EXTRAS, False, EVEN_D, False, FOLD_SCALE, False, f0, f1)
+            acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, f1, end,
+                                    k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
+                                    qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
+                                    row_lo, row_hi, None, None,
+                                    BLOCK_N, BLOCK_D2, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, False, f0, f1)
 
     out, lse2 = _normalize(acc, m_i, l_i)
     out_row = _i64(b * rows_per_batch + q_start + i)

@@ -149,10 +149,25 @@ fn split_head_dims(driver: &'static Driver) {
     );
 }
 
-/// The 256 tile (its own class: on RDNA it spills heavily to scratch).
+/// The 256 tile (its own class: on RDNA it spills heavily to scratch). Causal 24 x 40 has no
+/// unmasked key tile; 24 queries against 100 keys without a mask (with the LSE) and causal 160 x
+/// 160 (a second block of rows) have unmasked tiles and a masked one after them, which on gfx12
+/// run KEY_HALVES' loops (kernels/aot.py: 32-key tiles loaded in halves).
 fn prefill_d256(driver: &'static Driver) {
+    let mut rng = rng();
     take_launches();
     prefill_tiles(driver, &[(256, DType::F16), (256, DType::BF16)]);
+    let s = scale(256);
+    for dtype in DTYPES {
+        let [q, k, v] = batch_inputs(&mut rng, (1, 24, 100, 1, 1, 256), dtype);
+        check(&format!("prefill {dtype:?} d256 s_k 100 with lse"), driver, || {
+            let op = fa::FlashAttn { softmax_scale: s, alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None };
+            let (out, lse) = op.forward_with_lse(&q, &k, &v)?;
+            Ok((out, Some(lse)))
+        });
+        let [q, k, v] = batch_inputs(&mut rng, (1, 160, 160, 1, 1, 256), dtype);
+        check(&format!("prefill {dtype:?} d256 160 x 160 causal"), driver, || Ok((fa::flash_attn(&q, &k, &v, s, true)?, None)));
+    }
     launched_must_include("prefill_d256", &["fwd_prefill_fp16_d256_", "fwd_prefill_bf16_d256_"]);
 }
 

@@ -284,6 +284,23 @@ class OneLoopTest(unittest.TestCase):
             self.assertEqual(one_loop_names(target), set(), target)
 
 
+class KeyHalvesTest(unittest.TestCase):
+    """Which variants load their unmasked key tiles in halves (aot.key_halves): gfx12's flat
+    prefill at d = 256, exact head dim, no extras, 64-bit addressing, on 128x32; nothing else."""
+
+    def test_key_halves_variants_per_target(self):
+        def halves(target):
+            return {n: aot.kernel_tile(target, f) for n, family, f in aot.variants(aot.POW2_DIMS, list(aot.DTYPES), target)
+                    if family == "fwd" and aot.fwd_constexprs(target, f)["KEY_HALVES"]}
+
+        for target in ("gfx1200", "gfx1201"):
+            self.assertEqual(halves(target), {f"fwd_prefill_{dtype}_d256_flat": (128, 32, 8, 1, 5) for dtype in aot.DTYPES})
+            padded = next(f for n, family, f in aot.variants([256], ["fp16"], target) if n == "fwd_prefill_fp16_d256p_flat")
+            self.assertEqual(aot.kernel_tile(target, padded)[:2], (128, 16))
+        for target in ("sm_80", "sm_90", "gfx942", "gfx1030", "gfx1100", "gfx1103"):
+            self.assertEqual(halves(target), {}, target)
+
+
 class SplitTileTest(unittest.TestCase):
     """The split head-dim tiles (aot.SPLIT_DIMS): a power of two and a smaller tail, each built
     with the variants, launch tiles and class choices of the power of two above it, but the
@@ -347,7 +364,9 @@ class SplitTileTest(unittest.TestCase):
                             cls = f"{cls}_paged"
                         own = [tiles[block_d] for (fam, c), tiles in aot.SPLIT_TILES.items()
                                if block_d in tiles and fam == aot.tile_family(target) and c == cls]
-                        want = own[0] if own else aot.kernel_tile(target, dict(fields, block_d=above))
+                        # The power of two's TILES entry: KEY_HALVES (gfx12's d = 256 flat prefill)
+                        # has no split head dim.
+                        want = own[0] if own else aot.TILES[aot.tile_key(target, fields)][above]
                         self.assertEqual(aot.kernel_tile(target, fields), want, (target, block_d))
                         self.assertEqual(aot.one_loop(target, fields), aot.one_loop(target, dict(fields, block_d=above)))
         # sm_90's TMA kernels at the split head dims: the prefill class at 80, 96 and 160, the

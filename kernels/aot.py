@@ -936,11 +936,26 @@ def in_thread_transpose(target, fields):
 
 # attn_fwd's KEY_HALVES (attention.py, _attend_halves): per (tile family, kernel class, head-dim
 # tile) the launch tile of its flat EVEN_D variants without EXTRAS (the padded ones, their `_b32`
-# twins among them, keep TILES'), whose unmasked key tiles of BLOCK_N keys load K in two halves
-# joined into one dot and V in two halves with dots of their own, and whose masked tiles run
+# twins among them, keep TILES' or SPLIT_TILES'), whose unmasked key tiles of BLOCK_N keys load K
+# in two halves joined into one dot and V in two halves with dots of their own, and whose masked
+# tiles run
 # _attend on BLOCK_N / 2 keys: the accumulator rescale (128 multiplies a wave at d = 256) once per
 # BLOCK_N keys with the operand registers of BLOCK_N / 2. Figures in TILES' d = 256 bullet.
-KEY_HALVES = {("rdna4", "prefill", 256): (128, 32, 8, 1, 5)}
+# At the split head dims (issue 57) the unmasked tiles load K and V whole (the tail's V first)
+# from the scalar tile pointer, the masked ones run on BLOCK_N / 2 keys first, on 128x64 (gfx1201,
+# f16 / bf16, hot loop; scratch loads per tile in it): d = 160 (SPLIT_TILES' 128x32, 11.6 / 13.6,
+# 1.25x / 1.15x of d = 128's 9.3 / 11.8) -> 9.2 / 11.2 (0.99x / 0.95x), no key-loop scratch (25
+# / 19 spills outside them, 100 / 80 bytes), 5 waves; d = 80 11.9 / 15.0 -> 11.5 / 14.6, d = 96
+# 12.4 / 15.7 -> 10.9 / 13.6 (231-238 VGPRs -> 207-220, no spills, 6 waves). Tried at d = 160:
+# - 128x32 with K and V (and their tails) in 16-key halves: 16.4 / 18.6: V's 16 x 128 halves
+#   (8 elements a thread) lose the in-thread transpose (160 ds_load_u16(_d16_hi) per tile, not 32).
+# - 128x64, K's halves joined: tails in halves 9.6 / 11.3 with 24; V's tail whole before V's
+#   halves 9.6 / 11.9, after them 9.4 / 10.9 with 22; V whole 9.8 / 12.0.
+# - 128x64, K whole, V in halves (tail whole first) 9.1 / 11.4; at d = 80 / 96 15.2 / 18.1 and
+#   13.8 / 16.5 (V's 32 x 64 halves lose the transpose). _attend's loop (per-tile pointer
+#   tensors) for the unmasked tiles 9.0 / 10.6 with 14.
+KEY_HALVES = {("rdna4", "prefill", 80): (128, 64, 8, 1, 6), ("rdna4", "prefill", 96): (128, 64, 8, 1, 6),
+              ("rdna4", "prefill", 160): (128, 64, 8, 1, 5), ("rdna4", "prefill", 256): (128, 32, 8, 1, 5)}
 
 
 def key_halves(target, fields):

@@ -32,8 +32,9 @@ tile in one loop, see attn_fwd and kernels/aot.py's one_loop); FOLD_SCALE (per t
 variant: the softmax scale folded into the exponent's FMA, on AMD, where it saves a multiply per
 score; on sm_90 it ran up to 5% slower at d = 64); PAGE_TILES (per target, not a variant: paged variants get a
 second key loop for pages that hold whole tiles, chosen at run time); KEY_HALVES (per target,
-tile class and head-dim tile, flat EVEN_D variants without EXTRAS: unmasked key tiles loaded in
-halves, _attend_halves; kernels/aot.py's KEY_HALVES). Everything else, the
+tile class and head-dim tile, flat EVEN_D variants without EXTRAS: masked key tiles of half the
+tile first, then unmasked ones loaded in halves, or whole at a split head dim, _attend_halves;
+kernels/aot.py's KEY_HALVES). Everything else, the
 batch/varlen choice included, is a run-time argument so that one code object serves every shape.
 """
 
@@ -217,38 +218,64 @@ def _attend(
 
 
 @triton.jit
-def _attend_halves(acc, m_i, l_i, q, K, V, offs_d, d_mask, start, end, stride_kn, stride_vn, qk_scale,
-                   BLOCK_N: tl.constexpr, EVEN_D: tl.constexpr):
-    """_attend's unmasked tiles [start, end) for flat K/V, EVEN_D or not, without EXTRAS or a
-    split head dim, with FOLD_SCALE: one softmax update (maximum, accumulator rescale) per tile
-    of BLOCK_N keys, with the load registers of BLOCK_N / 2. K comes in two halves joined into the
-    tile's one QK product, V in two halves with a PV product each (P split in registers). The
-    tiles' addresses are a scalar pointer stepped per tile plus offsets that both halves share
-    (kernels/aot.py's KEY_HALVES has what each choice measured)."""
+def _attend_halves(acc, acc2, m_i, l_i, q, q2, K, V, offs_d, d_mask, offs_d2, d_mask2, start, end, stride_kn,
+                   stride_vn, qk_scale, BLOCK_N: tl.constexpr, BLOCK_D2: tl.constexpr, EVEN_D: tl.constexpr):
+    """_attend's unmasked tiles [start, end) for flat K/V, EVEN_D or not, without EXTRAS, with
+    FOLD_SCALE: one softmax update (maximum, accumulator rescale) per tile of BLOCK_N keys. The
+    tiles' addresses are a scalar pointer stepped per tile plus loop-invariant offsets.
+    Without a split head dim, with the load registers of BLOCK_N / 2: K comes in two halves
+    joined into the tile's one QK product, V in two halves with a PV product each (P split in
+    registers). With one (BLOCK_D2 > 0: the tail columns in q2 / acc2, as _attend), K and V come
+    whole, the tail's V first: there V's halves lose the in-thread transpose (kernels/aot.py's
+    KEY_HALVES has what each choice measured)."""
     HALF: tl.constexpr = BLOCK_N // 2
-    k_offs = (tl.arange(0, HALF) * stride_kn)[None, :] + offs_d[:, None]
-    v_offs = (tl.arange(0, HALF) * stride_vn)[:, None] + offs_d[None, :]
     K_t = K + start * stride_kn
     V_t = V + start * stride_vn
-    for n0 in range(start, end, BLOCK_N):
-        k_a = _load_tile(K_t + k_offs, None, d_mask[:, None], False, EVEN_D)
-        k_b = _load_tile(K_t + HALF * stride_kn + k_offs, None, d_mask[:, None], False, EVEN_D)
-        k = tl.reshape(tl.permute(tl.join(k_a, k_b), (0, 2, 1)), [k_a.shape[0], BLOCK_N])
-        s = tl.dot(q, k)
-        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(tl.fma(s, qk_scale, -m_safe[:, None]))
-        alpha = tl.math.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        p_a, p_b = tl.split(tl.permute(tl.reshape(p.to(V.dtype.element_ty), [p.shape[0], 2, HALF]), (0, 2, 1)))
-        v_a = _load_tile(V_t + v_offs, None, d_mask[None, :], False, EVEN_D)
-        acc = acc * alpha[:, None] + tl.dot(p_a, v_a)
-        v_b = _load_tile(V_t + HALF * stride_vn + v_offs, None, d_mask[None, :], False, EVEN_D)
-        acc = tl.dot(p_b, v_b, acc)
-        m_i = m_new
-        K_t += BLOCK_N * stride_kn
-        V_t += BLOCK_N * stride_vn
-    return acc, m_i, l_i
+    if BLOCK_D2 > 0:
+        k_offs = (tl.arange(0, BLOCK_N) * stride_kn)[None, :] + offs_d[:, None]
+        v_offs = (tl.arange(0, BLOCK_N) * stride_vn)[:, None] + offs_d[None, :]
+        k2_offs = (tl.arange(0, BLOCK_N) * stride_kn)[None, :] + offs_d2[:, None]
+        v2_offs = (tl.arange(0, BLOCK_N) * stride_vn)[:, None] + offs_d2[None, :]
+        for n0 in range(start, end, BLOCK_N):
+            k = _load_tile(K_t + k_offs, None, d_mask[:, None], False, EVEN_D)
+            s = tl.dot(q, k)
+            k2 = _load_tile(K_t + k2_offs, None, d_mask2[:, None], False, EVEN_D)
+            s = tl.dot(q2, k2, s)
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.math.exp2(tl.fma(s, qk_scale, -m_safe[:, None]))
+            alpha = tl.math.exp2(m_i - m_safe)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            p = p.to(V.dtype.element_ty)
+            v2 = _load_tile(V_t + v2_offs, None, d_mask2[None, :], False, EVEN_D)
+            acc2 = acc2 * alpha[:, None] + tl.dot(p, v2)
+            v = _load_tile(V_t + v_offs, None, d_mask[None, :], False, EVEN_D)
+            acc = acc * alpha[:, None] + tl.dot(p, v)
+            m_i = m_new
+            K_t += BLOCK_N * stride_kn
+            V_t += BLOCK_N * stride_vn
+    else:
+        k_offs = (tl.arange(0, HALF) * stride_kn)[None, :] + offs_d[:, None]
+        v_offs = (tl.arange(0, HALF) * stride_vn)[:, None] + offs_d[None, :]
+        for n0 in range(start, end, BLOCK_N):
+            k_a = _load_tile(K_t + k_offs, None, d_mask[:, None], False, EVEN_D)
+            k_b = _load_tile(K_t + HALF * stride_kn + k_offs, None, d_mask[:, None], False, EVEN_D)
+            k = tl.reshape(tl.permute(tl.join(k_a, k_b), (0, 2, 1)), [k_a.shape[0], BLOCK_N])
+            s = tl.dot(q, k)
+            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.math.exp2(tl.fma(s, qk_scale, -m_safe[:, None]))
+            alpha = tl.math.exp2(m_i - m_safe)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            p_a, p_b = tl.split(tl.permute(tl.reshape(p.to(V.dtype.element_ty), [p.shape[0], 2, HALF]), (0, 2, 1)))
+            v_a = _load_tile(V_t + v_offs, None, d_mask[None, :], False, EVEN_D)
+            acc = acc * alpha[:, None] + tl.dot(p_a, v_a)
+            v_b = _load_tile(V_t + HALF * stride_vn + v_offs, None, d_mask[None, :], False, EVEN_D)
+            acc = tl.dot(p_b, v_b, acc)
+            m_i = m_new
+            K_t += BLOCK_N * stride_kn
+            V_t += BLOCK_N * stride_vn
+    return acc, acc2, m_i, l_i
 
 
 @triton.jit
@@ -408,9 +435,10 @@ def attn_fwd(
     # no mm_prefix range: with one, every tile is in the first (the ranges' block above).
     if KEY_HALVES:
         # The masked tiles on BLOCK_N / 2 keys, both masked loops first (no value then lives
-        # across the unmasked loop for a loop after it), then the unmasked tiles in halves
-        # (_attend_halves). The softmax update is order-free. kernels/aot.py's KEY_HALVES.
-        tl.static_assert(not PAGED and not EXTRAS and BLOCK_D2 == 0 and FOLD_SCALE and not ONE_LOOP)
+        # across the unmasked loop for a loop after it), then the unmasked tiles, in halves or
+        # (split head dim) whole (_attend_halves). The softmax update is order-free.
+        # kernels/aot.py's KEY_HALVES.
+        tl.static_assert(not PAGED and not EXTRAS and FOLD_SCALE and not ONE_LOOP)
         acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, start, f0,
                                 k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                                 qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
@@ -421,8 +449,8 @@ def attn_fwd(
                                 qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
                                 row_lo, row_hi, None, None,
                                 BLOCK_N // 2, BLOCK_D2, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, False, f0, f1)
-        acc, m_i, l_i = _attend_halves(acc, m_i, l_i, q, k_base, v_base, offs_d, d_mask, f0, f1, stride_kn, stride_vn,
-                                       qk_scale, BLOCK_N, EVEN_D)
+        acc, acc2, m_i, l_i = _attend_halves(acc, acc2, m_i, l_i, q, q2, k_base, v_base, offs_d, d_mask, offs_d2, d_mask2,
+                                             f0, f1, stride_kn, stride_vn, qk_scale, BLOCK_N, BLOCK_D2, EVEN_D)
     else:
         first_end = end if ONE_LOOP else f0
         acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, start, first_end,

@@ -100,13 +100,26 @@ fn prefill_head_dim_tiles(driver: &'static Driver) {
 /// The split head-dim tiles (a power of two and a tail in operands of their own): Stable
 /// Diffusion's 40 (on 48 = 32 + 16, masked; CDNA builds have no 48 tile and pad it to 64), 80 and
 /// 160 and Phi-3's 96 at their own tiles, 72 on
-/// the 80 tile (masked tail); flat decode at 80 and 160, paged decode at 80 and 96 and paged
-/// prefill at 80 and 96 (pages of 16), keys split at 80, merged by the 128 tile's merge, and the
-/// extras variants (flat at 80, paged at 160).
+/// the 80 tile (masked tail); 80, 96 and 160 without a mask (unmasked key tiles); flat decode at
+/// 80 and 160, paged decode at 80 and 96 and paged prefill at 80 and 96 (pages of 16), keys split
+/// at 80, merged by the 128 tile's merge, and the extras variants (flat at 80, paged at 160).
 fn split_head_dims(driver: &'static Driver) {
     let mut rng = rng();
     take_launches();
     prefill_tiles(driver, &[(40, DType::F16), (80, DType::BF16), (72, DType::F16), (96, DType::F16), (160, DType::BF16)]);
+    // Unmasked key tiles: 24 queries against 200 keys without a mask (with the LSE): on gfx12 the
+    // flat prefill at 80, 96 and 160 runs KEY_HALVES' loops (kernels/aot.py; 64-key tiles, the
+    // keys split in two by the plan: [0, 128) two unmasked tiles, [128, 200) one unmasked tile
+    // and a masked 32-key one).
+    for (d, dtype) in [(160, DType::F16), (160, DType::BF16), (80, DType::F16), (96, DType::BF16)] {
+        let [q, k, v] = batch_inputs(&mut rng, (1, 24, 200, 1, 1, d), dtype);
+        let s = scale(d);
+        check(&format!("prefill {dtype:?} d{d} s_k 200 with lse"), driver, || {
+            let op = fa::FlashAttn { softmax_scale: s, alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None };
+            let (out, lse) = op.forward_with_lse(&q, &k, &v)?;
+            Ok((out, Some(lse)))
+        });
+    }
     for dtype in DTYPES {
         flat_decode(driver, &mut rng, dtype, 80);
     }
@@ -143,6 +156,7 @@ fn split_head_dims(driver: &'static Driver) {
     launched_must_include(
         "split_head_dims",
         &[if cdna { "fwd_prefill_fp16_d64p_" } else { "fwd_prefill_fp16_d48p_" }, "fwd_prefill_bf16_d80_", "fwd_prefill_fp16_d80p_", "fwd_prefill_fp16_d96_", "fwd_prefill_bf16_d160_",
+          "fwd_prefill_fp16_d160_", "fwd_prefill_fp16_d80_", "fwd_prefill_bf16_d96_",
           "fwd_decode_fp16_d80_flat", "fwd_decode_bf16_d80_flat", "fwd_decode_fp16_d160_flat", "fwd_decode_bf16_d96_paged",
           "fwd_prefill_fp16_d80_paged", "fwd_prefill_bf16_d96_paged", "merge_fp16_d128",
           "fwd_decode_fp16_d80_paged", "fwd_prefill_fp16_d80_flat_x", "fwd_prefill_bf16_d160_paged_x"],

@@ -285,18 +285,26 @@ class OneLoopTest(unittest.TestCase):
 
 
 class KeyHalvesTest(unittest.TestCase):
-    """Which variants load their unmasked key tiles in halves (aot.key_halves): gfx12's flat
-    prefill at d = 256, exact head dim, no extras, 64-bit addressing, on 128x32; nothing else."""
+    """Which variants take KEY_HALVES' loops (aot.key_halves): gfx12's flat prefill at d = 256
+    (on 128x32, unmasked tiles in halves) and at the split head dims 80, 96 and 160 (on 128x64,
+    masked tiles of 32 keys first), exact head dim, no extras, 64-bit addressing; nothing else."""
 
     def test_key_halves_variants_per_target(self):
         def halves(target):
-            return {n: aot.kernel_tile(target, f) for n, family, f in aot.variants(aot.POW2_DIMS, list(aot.DTYPES), target)
+            dims = [*aot.POW2_DIMS, *aot.SPLIT_DIMS]
+            return {n: aot.kernel_tile(target, f) for n, family, f in aot.variants(dims, list(aot.DTYPES), target)
                     if family == "fwd" and aot.fwd_constexprs(target, f)["KEY_HALVES"]}
 
         for target in ("gfx1200", "gfx1201"):
-            self.assertEqual(halves(target), {f"fwd_prefill_{dtype}_d256_flat": (128, 32, 8, 1, 5) for dtype in aot.DTYPES})
-            padded = next(f for n, family, f in aot.variants([256], ["fp16"], target) if n == "fwd_prefill_fp16_d256p_flat")
-            self.assertEqual(aot.kernel_tile(target, padded)[:2], (128, 16))
+            tiles = {256: (128, 32, 8, 1, 5), 160: (128, 64, 8, 1, 5), 96: (128, 64, 8, 1, 6), 80: (128, 64, 8, 1, 6)}
+            self.assertEqual(halves(target), {f"fwd_prefill_{dtype}_d{d}_flat": tile
+                                              for dtype in aot.DTYPES for d, tile in tiles.items()})
+            # The padded variants (and their `_b32` twins) keep their tiles.
+            for d, tile in ((256, (128, 16)), (160, (128, 32)), (96, (128, 64)), (80, (128, 64))):
+                for n, family, f in aot.variants([d], ["fp16"], target):
+                    if n.startswith(f"fwd_prefill_fp16_d{d}p_flat") and not f["extras"]:
+                        self.assertEqual(aot.kernel_tile(target, f)[:2], tile, n)
+                        self.assertFalse(aot.fwd_constexprs(target, f)["KEY_HALVES"], n)
         for target in ("sm_80", "sm_90", "gfx942", "gfx1030", "gfx1100", "gfx1103"):
             self.assertEqual(halves(target), {}, target)
 
@@ -364,9 +372,11 @@ class SplitTileTest(unittest.TestCase):
                             cls = f"{cls}_paged"
                         own = [tiles[block_d] for (fam, c), tiles in aot.SPLIT_TILES.items()
                                if block_d in tiles and fam == aot.tile_family(target) and c == cls]
-                        # The power of two's TILES entry: KEY_HALVES (gfx12's d = 256 flat prefill)
-                        # has no split head dim.
+                        # KEY_HALVES' tile where the variant takes it (gfx12's flat prefill at
+                        # 80, 96 and 160: KeyHalvesTest), else SPLIT_TILES', else the power of two's.
                         want = own[0] if own else aot.TILES[aot.tile_key(target, fields)][above]
+                        if aot.key_halves(target, fields):
+                            want = aot.KEY_HALVES[(*aot.tile_key(target, fields), block_d)]
                         self.assertEqual(aot.kernel_tile(target, fields), want, (target, block_d))
                         self.assertEqual(aot.one_loop(target, fields), aot.one_loop(target, dict(fields, block_d=above)))
         # sm_90's TMA kernels at the split head dims: the prefill class at 80, 96 and 160, the

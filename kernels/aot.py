@@ -938,9 +938,10 @@ def in_thread_transpose(target, fields):
 # tile) the launch tile of its flat EVEN_D variants without EXTRAS (the padded ones, their `_b32`
 # twins among them, keep TILES' or SPLIT_TILES'), whose unmasked key tiles of BLOCK_N keys load K
 # in two halves joined into one dot and V in two halves with dots of their own, and whose masked
-# tiles run
-# _attend on BLOCK_N / 2 keys: the accumulator rescale (128 multiplies a wave at d = 256) once per
-# BLOCK_N keys with the operand registers of BLOCK_N / 2. Figures in TILES' d = 256 bullet.
+# tiles run _attend on BLOCK_N / 2 keys: the accumulator rescale (128 multiplies a wave at d =
+# 256) once per BLOCK_N keys with the operand registers of BLOCK_N / 2. Figures in TILES' d = 256
+# bullet. Not on gfx11: its d = 256 flat prefill at 128x32 with halves 11.1 / 12.3 -> 11.3 / 12.8,
+# hot-loop reloads 33 / 31 -> 53 / 54 (gfx1100; gfx1103 at 4 waves alike).
 # At the split head dims (issue 57) the unmasked tiles load K and V whole (the tail's V first)
 # from the scalar tile pointer, the masked ones run on BLOCK_N / 2 keys first, on 128x64 (gfx1201,
 # f16 / bf16, hot loop; scratch loads per tile in it): d = 160 (SPLIT_TILES' 128x32, 11.6 / 13.6,

@@ -394,15 +394,18 @@ TILES = {
 #   keys (80 values per lane), and 64-key tiles do not fit the registers.
 SPLIT_TILES = {
     ("rdna3", "prefill"): {80: (64, 32, 4, 1, 6), 96: (64, 32, 4, 1, 6), 160: (128, 32, 8, 1, 5)},
+    ("rdna3", "prefill_x"): {80: (128, 16, 8, 2, 5)},
     ("rdna4", "prefill"): {80: (128, 64, 8, 1, 6), 96: (128, 64, 8, 1, 6), 160: (128, 32, 8, 1, 5)},
     ("rdna4", "prefill_paged"): {80: (128, 64, 8, 1, 5), 160: (128, 32, 8, 1, 5)},
     ("rdna4", "prefill_x"): {160: (128, 16, 8, 1, 5)},
     ("rdna4", "decode"): {80: (16, 32, 1, 1, 6), 96: (16, 32, 1, 1, 6)},
     ("rdna3_small", "prefill"): {48: (128, 32, 8, 1, 7), 80: (64, 32, 4, 1, 4), 96: (32, 32, 2, 1, 4)},
+    ("rdna3_small", "prefill_x"): {80: (128, 16, 8, 2, 4)},
     ("rdna3_small", "decode_paged"): {80: (32, 32, 2, 1, 4)},
     ("cdna", "prefill_x"): {160: (128, 32, 4, 1, 2)},
     ("cdna", "prefill_paged"): {80: (128, 64, 4, 1, 2), 96: (128, 64, 4, 1, 2)},
     ("cdna", "decode"): {80: (16, 64, 1, 1, 2), 160: (16, 32, 1, 1, 2)},
+    ("gfx942", "prefill", "fp16"): {160: (128, 64, 4, 1, 2)},
 }
 # Triton compile options of the AMD backend per (tile family or target, kernel class, head-dim
 # tile): matrix_instr_nonkdim (16: MFMA 16x16x16, 32: 32x32x8; 0, Triton's choice per dot),
@@ -412,7 +415,8 @@ SPLIT_OPTIONS = {
     ("cdna", "prefill_paged", 80): {"matrix_instr_nonkdim": 16},
     ("cdna", "prefill_paged", 96): {"kpack": 2},
     # gfx942 alone: on gfx90a the same hint issues 1.02-1.09x and spills more.
-    ("gfx942", "prefill", 160): {"schedule_hint": "attention"},
+    ("gfx942", "prefill", 160, "bf16"): {"schedule_hint": "attention"},
+    ("gfx942", "prefill", 160, "fp16"): {"kpack": 2},
 }
 # attention_tma.attn_fwd_tma (Hopper, Gluon; family "fwd_tma"): BLOCK_M, BLOCK_N, num_warps,
 # num_stages (K/V ring buffers) per (target, class) and head dim, built as exact-head-dim f16/bf16
@@ -617,19 +621,30 @@ def tile_key(target, fields):
     return family, kernel_class
 
 
+def split_keys(target, fields):
+    """The (family or target, kernel class[, dtype]) rows of SPLIT_TILES (SPLIT_OPTIONS adds the
+    head-dim tile before the dtype) that apply to an attn_fwd variant, the most specific last:
+    its tile family's, its target's, and each of those for its dtype alone."""
+    family, kernel_class = tile_key(target, fields)
+    return [(family, kernel_class), (target, kernel_class),
+            (family, kernel_class, fields["dtype"]), (target, kernel_class, fields["dtype"])]
+
+
 def kernel_tile(target, fields):
     """(BLOCK_M, BLOCK_N, num_warps, num_stages, occupancy hint) of an attn_fwd variant."""
-    key = tile_key(target, fields)
-    own = SPLIT_TILES.get(key, {}).get(fields["block_d"])
-    return own or TILES[key][tile_dim(fields["block_d"])]
+    own = None
+    for key in split_keys(target, fields):
+        own = SPLIT_TILES.get(key, {}).get(fields["block_d"], own)
+    return own or TILES[tile_key(target, fields)][tile_dim(fields["block_d"])]
 
 
 def split_options(target, fields):
-    """The AMD compile options (SPLIT_OPTIONS, by tile family or by target) of an attn_fwd
-    variant: none but at split tiles."""
-    family, kernel_class = tile_key(target, fields)
-    return {**SPLIT_OPTIONS.get((family, kernel_class, fields["block_d"]), {}),
-            **SPLIT_OPTIONS.get((target, kernel_class, fields["block_d"]), {})}
+    """The AMD compile options (SPLIT_OPTIONS, by tile family or by target, and by dtype) of an
+    attn_fwd variant: none but at split tiles."""
+    options = {}
+    for key in split_keys(target, fields):
+        options.update(SPLIT_OPTIONS.get(key[:2] + (fields["block_d"],) + key[2:], {}))
+    return options
 
 
 def gpu_target(target):

@@ -319,7 +319,8 @@ class SplitTileTest(unittest.TestCase):
             for name, family, fields in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target):
                 if family == "fwd" and (aot.target_kind(target) != "cdna" or fields["block_d"] not in aot.SPLIT_DIMS):
                     self.assertEqual(aot.split_options(target, fields), {}, (target, name))
-        for family, kernel_class, block_d in aot.SPLIT_OPTIONS:
+        for family, kernel_class, block_d, *dtype in aot.SPLIT_OPTIONS:
+            self.assertIn(tuple(dtype), [()] + [(d,) for d in aot.DTYPES])
             if family.startswith("gfx"):
                 family = aot.tile_family(family)
             self.assertIn((family, kernel_class), aot.TILES)
@@ -345,9 +346,13 @@ class SplitTileTest(unittest.TestCase):
                         cls = "prefill_x" if fields["tile"] == "prefill" and fields["extras"] else fields["tile"]
                         if fields["paged"] and (aot.tile_family(target), f"{cls}_paged") in aot.TILES:
                             cls = f"{cls}_paged"
-                        own = [tiles[block_d] for (fam, c), tiles in aot.SPLIT_TILES.items()
-                               if block_d in tiles and fam == aot.tile_family(target) and c == cls]
-                        want = own[0] if own else aot.kernel_tile(target, dict(fields, block_d=above))
+                        # The most specific row wins: a target's over its family's, a dtype's
+                        # over both.
+                        own = [tiles[block_d] for (fam, c, *dt), tiles in sorted(aot.SPLIT_TILES.items(),
+                                                                                key=lambda kv: (len(kv[0]), kv[0][0] == target))
+                               if block_d in tiles and fam in (aot.tile_family(target), target) and c == cls
+                               and dt in ([], [fields["dtype"]])]
+                        want = own[-1] if own else aot.kernel_tile(target, dict(fields, block_d=above))
                         self.assertEqual(aot.kernel_tile(target, fields), want, (target, block_d))
                         self.assertEqual(aot.one_loop(target, fields), aot.one_loop(target, dict(fields, block_d=above)))
         # sm_90's TMA kernels at the split head dims: the prefill class at 80, 96 and 160, the

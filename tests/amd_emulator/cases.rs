@@ -141,7 +141,7 @@ fn split_head_dims(driver: &'static Driver) {
     });
     // Issue 57's tiles with unmasked key tiles: gfx942's f16 flat prefill at 160 (128x64, kpack
     // 2; 150 keys, non-causal: two whole 64-key tiles and a masked one) and gfx11's paged
-    // extras at 80 (128x16 over 8 waves, 2 stages; causal with softcap, keys 50 past the queries).
+    // extras at 80 (128x16 over 8 waves, 3 stages; causal with softcap, keys 50 past the queries).
     let [q, k, v] = batch_inputs(&mut rng, (1, 24, 150, 1, 1, 160), DType::F16);
     check("prefill F16 d160 150 keys", driver, || Ok((fa::flash_attn(&q, &k, &v, scale(160), false)?, None)));
     let r = ragged(&mut rng, &[(20, 70), (6, 45)], (2, 1, 80), DType::F16);

@@ -360,11 +360,19 @@ TILES = {
 #   56.5 / 59.0 -> 48.2 / 50.5 (1.22x -> 1.04x of d = 128's 46.4; 8-11 spills -> 0-1); at 6
 #   paged 51.7 (1.11x), at 7 51.6 with 30 spills, 64x16 at 5 53.9; 128x32 and 64x32 reload 7-26
 #   times in the key loop.
-# - gfx11 prefill_x d = 80 stays on 64x16 over 4 waves (gfx1100 paged f16 87.0, 1.12x of d = 64's
-#   77.9): 128x32 over 8 waves at waves_per_eu 4 issued 76.2 / 80.0 (0.98x), but with the extras
-#   mask as scalar window offsets (attention.py's _mask_scores) its padded paged f16 variant
-#   (d80p_paged_x) reloads once in the key loop on gfx1100 and gfx1103; at 5 gfx1151's padded
-#   paged ones reload 3 times, at 6 gfx1100's 1-14; 64x32 reloads, 32x16 99.5.
+# - gfx11 prefill_x d = 80: 128x16 over 8 waves with 3 stages, at waves_per_eu 5 (rdna3: 6 -> 5
+#   waves) and 4 (rdna3_small, 4 as before); was 64x16 over 4 at 1 stage. gfx1100 paged f16 / bf16
+#   87.0 / 92.3 -> 84.1 / 87.6 (1.12x / 1.14x -> 1.08x / 1.08x of d = 64's 77.6 / 80.8 with this
+#   code), flat 73.7 / 78.7 -> 72.5 / 77.7; every d = 80 extras variant (padded, _b32) issues
+#   0.92-0.99x on gfx1100, gfx1103 and gfx1151, 0-16 spills, none in a key loop. Tried (gfx1100
+#   f16 paged, padded paged): 2 stages 85.0 / 89.4 (bf16 89.3, 1.10x; at waves_per_eu 6 the flat
+#   ones issue 1.03x), 64x16 over 4 at 2 stages 85.0 (17 spills at 6), 128x16 at 1 stage 89.3,
+#   64x32 at 5 78.7 with 2 stores / 2 loads in the masked loops (at 4 and 6 hot-loop reloads),
+#   128x32 over 8 at 5 70.3 / 71.1 and without a hint 70.0 / 69.9 (256 VGPRs, 16-36 spills; at 5
+#   the padded paged ones reload once in the hot loop on gfx1100, without a hint bf16 p_b32
+#   does), 128x32 at 4 or 3 71.5 with the padded one's reload; at 2 stages schedule_hint
+#   "memory-bound-attention" 83.2 (bf16 87.2; 128x32 with it 63.0 and 15 hot-loop reloads),
+#   "attention" the same code; 64x64 at 4 74.1 with 55 reloads.
 # - rdna3_small paged decode d = 80: 32x32 over 2 waves at 4, 56.4 / 60.2 -> 45.8 / 49.8 (1.21x ->
 #   0.98x of d = 64's 46.8; 8 spills outside the key loop); 16x32 54.6, 16x16 75.4. (d = 96, within
 #   1.1x already: 49.0 -> 42.5 there, with 12-18 spills; kept.)
@@ -372,7 +380,17 @@ TILES = {
 # / 1.23x / 1.26x) and paged at 160 (1.18x), gfx1103 flat / paged at 160 (1.45x / 1.17x), gfx1201
 # flat decode at 160 (1.14x). gfx11 d = 80 / 96 flat: 64-key tiles spill (128x64 over 8 waves 161
 # VGPRs, 26 reloads in the hot loop; at waves_per_eu 4-5 123-133 and 7-20; schedule hints: 161-296
-# spills), where d = 128 on 128x64 spills 31 with 1 reload.
+# spills), where d = 128 on 128x64 spills 31 with 1 reload. 2 stages (not yet taken): gfx1100 flat
+# d = 80 21.1 -> 19.2 (18.9 at waves_per_eu 5) and d = 96 19.7 -> 19.0, with 13-33 reloads in the
+# masked loops; d = 160 (128x32 at 5) f16 / bf16 15.7 / 18.8 -> 13.8 / 16.9 (hot-loop reloads 25 /
+# 32 -> 3 / 5, masked loops 0/136 -> 18 stores / 165 loads; padded 64-bit 17.6 / 19.9 -> 17.6 / 20.2
+# with 64 -> 74 reloads, padded _b32 16.0 / 19.6 -> 13.2 / 15.7 with 0-3), gfx1103 16.2 / 18.7
+# -> 14.3 / 17.0 the same way; paged d = 160 22.8 -> 22.1 (padded 24.6 -> 24.9, 0/62 -> 5/71).
+# gfx1201 flat decode d = 160, one wave of 16 rows: 16x16 at 2 stages 25.4 (waves_per_eu 5) /
+# 26.9 (6) with 98-128 spills and 10-22 hot-loop reloads; schedule_hint "memory-bound-attention"
+# 26.2 with 10, "attention" the same code; 16x32 with either hint 25.6-26.5 with 37-75. 32x16 over
+# 2 waves issues 23.1 without spills, but the decode tile serves at most 16 rows (DECODE_ROWS), so
+# the second wave's rows are always padding: per real MAC twice that.
 # gfx942 d = 160 with the extras: 256's
 # 8-warp 128x64 lays the 32-wide tail's PV product over 4 waves along its 32 columns, 1.30x the
 # matrix work, where 128's 4-warp tile does not.
@@ -408,25 +426,39 @@ TILES = {
 #   gives 3.8 / 4.6 -> 3.7 / 4.7 (f16 1.12x of d = 128, bf16 up: not taken;
 #   memory-bound-attention alone 3.8 / 4.8); 128x64 there at waves_per_eu 1 4.5 / 5.5 (1 wave,
 #   AGPRs), at 2 3.6 / 4.4 with 16-20 scratch loads in the hot loop.
-# - flat prefill d = 160 on gfx942: schedule_hint "attention" (SPLIT_OPTIONS), 3.9 / 4.7 ->
-#   3.8 / 4.6 (d = 128 3.3 / 4.2; gfx90a keeps none, see there). Its 32x32 V tail (32 keys) is
-#   read from LDS 16 bits at a time (ds_read_u16 and v_perm, 32 of 312 instructions), as d = 80's
-#   16-wide one is: the in-thread transpose needs two key rows per thread, and a tail tile of
-#   1024 elements gives 256 threads 4 of one row. Loading the tail with its head-dim contiguity
-#   hidden from Triton (keys-contiguous LDS, 16-bit global loads) gave 305 (d = 80 at 16x16:
-#   430), not worth a change to attention.py. The rest is the accumulator rescale once per 32
-#   keys (80 values per lane), and 64-key tiles do not fit the registers.
+# - flat prefill d = 160 on gfx942, f16: 128x64 with kpack 2 (SPLIT_TILES, SPLIT_OPTIONS by dtype),
+#   3.8 -> 3.4 (1.16x -> 1.02x of d = 128's 3.3; padded 4.6 -> 3.8, padded _b32 3.8 -> 3.3; 3-8
+#   VGPR spills, none in a key loop; 2 waves as before). bf16 on it 4.6 -> 4.2, but its padded
+#   _b32 twin reloads 16 times in a masked loop (with "attention" 1 in the hot loop), so bf16
+#   keeps 128x32; gfx90a on it reloads 57-67 times in the hot loop, so the row is gfx942's. At
+#   128x64: "attention" with kpack 2 3.4 (bf16 4.2 with 1 reload), "memory-bound-attention" 3.6
+#   with 31 reloads, MFMA 16x16 4.5 with 25; the tail's QK or PV product first (attention.py)
+#   3.5 / 3.4 with 17 / 6 hot-loop reloads. At 128x32: 2 stages 3.8 with 140 spills, MFMA 16x16
+#   4.9, 128x16 8.0, 64x32 over 2 waves 4.3, no waves_per_eu 6.1 (1 wave); block pingpong,
+#   buffer ops off and scalarized packed ops the same code.
+# - flat prefill d = 160 on gfx942, bf16: schedule_hint "attention" (SPLIT_OPTIONS), 4.7 -> 4.6
+#   (f16 3.9 -> 3.8 before the row above; d = 128 3.3 / 4.2; gfx90a keeps none, see there). Its
+#   32x32 V tail (32 keys) is read from LDS 16 bits at a time (ds_read_u16 and v_perm, 32 of 312
+#   instructions), as d = 80's 16-wide one is: the in-thread transpose needs two key rows per
+#   thread, and a tail tile of 1024 elements gives 256 threads 4 of one row. Loading the tail with
+#   its head-dim contiguity hidden from Triton (keys-contiguous LDS, 16-bit global loads) gave 305
+#   (d = 80 at 16x16: 430), not worth a change to attention.py. The rest is the accumulator
+#   rescale once per 32 keys (80 values per lane); a 64-key tile fits the registers only for f16
+#   with kpack 2 (above).
 SPLIT_TILES = {
     ("rdna3", "prefill"): {80: (64, 32, 4, 1, 6), 96: (64, 32, 4, 1, 6), 160: (128, 32, 8, 1, 5)},
+    ("rdna3", "prefill_x"): {80: (128, 16, 8, 3, 5)},
     ("rdna4", "prefill"): {80: (128, 64, 8, 1, 6), 96: (128, 64, 8, 1, 6), 160: (128, 32, 8, 1, 5)},
     ("rdna4", "prefill_paged"): {80: (128, 64, 8, 1, 5), 160: (128, 32, 8, 1, 5)},
     ("rdna4", "prefill_x"): {160: (128, 16, 8, 1, 5)},
     ("rdna4", "decode"): {80: (16, 32, 1, 1, 6), 96: (16, 32, 1, 1, 6)},
     ("rdna3_small", "prefill"): {48: (128, 32, 8, 1, 7), 80: (64, 32, 4, 1, 4), 96: (32, 32, 2, 1, 4)},
+    ("rdna3_small", "prefill_x"): {80: (128, 16, 8, 3, 4)},
     ("rdna3_small", "decode_paged"): {80: (32, 32, 2, 1, 4)},
     ("cdna", "prefill_x"): {160: (128, 32, 4, 1, 2)},
     ("cdna", "prefill_paged"): {80: (128, 64, 4, 1, 2), 96: (128, 64, 4, 1, 2)},
     ("cdna", "decode"): {80: (16, 64, 1, 1, 2), 160: (16, 32, 1, 1, 2)},
+    ("gfx942", "prefill", "fp16"): {160: (128, 64, 4, 1, 2)},
 }
 # Triton compile options of the AMD backend per (tile family or target, kernel class, head-dim
 # tile): matrix_instr_nonkdim (16: MFMA 16x16x16, 32: 32x32x8; 0, Triton's choice per dot),
@@ -436,7 +468,8 @@ SPLIT_OPTIONS = {
     ("cdna", "prefill_paged", 80): {"matrix_instr_nonkdim": 16},
     ("cdna", "prefill_paged", 96): {"kpack": 2},
     # gfx942 alone: on gfx90a the same hint issues 1.02-1.09x and spills more.
-    ("gfx942", "prefill", 160): {"schedule_hint": "attention"},
+    ("gfx942", "prefill", 160, "bf16"): {"schedule_hint": "attention"},
+    ("gfx942", "prefill", 160, "fp16"): {"kpack": 2},
 }
 # attention_tma.attn_fwd_tma (Hopper, Gluon; family "fwd_tma"): BLOCK_M, BLOCK_N, num_warps,
 # num_stages (K/V ring buffers) per (target, class) and head dim, built as exact-head-dim f16/bf16
@@ -641,21 +674,32 @@ def tile_key(target, fields):
     return family, kernel_class
 
 
+def split_keys(target, fields):
+    """The (family or target, kernel class[, dtype]) rows of SPLIT_TILES (SPLIT_OPTIONS adds the
+    head-dim tile before the dtype) that apply to an attn_fwd variant, the most specific last:
+    its tile family's, its target's, and each of those for its dtype alone."""
+    family, kernel_class = tile_key(target, fields)
+    return [(family, kernel_class), (target, kernel_class),
+            (family, kernel_class, fields["dtype"]), (target, kernel_class, fields["dtype"])]
+
+
 def kernel_tile(target, fields):
     """(BLOCK_M, BLOCK_N, num_warps, num_stages, occupancy hint) of an attn_fwd variant."""
-    key = tile_key(target, fields)
     if key_halves(target, fields):
-        return KEY_HALVES[(*key, fields["block_d"])]
-    own = SPLIT_TILES.get(key, {}).get(fields["block_d"])
-    return own or TILES[key][tile_dim(fields["block_d"])]
+        return KEY_HALVES[(*tile_key(target, fields), fields["block_d"])]
+    own = None
+    for key in split_keys(target, fields):
+        own = SPLIT_TILES.get(key, {}).get(fields["block_d"], own)
+    return own or TILES[tile_key(target, fields)][tile_dim(fields["block_d"])]
 
 
 def split_options(target, fields):
-    """The AMD compile options (SPLIT_OPTIONS, by tile family or by target) of an attn_fwd
-    variant: none but at split tiles."""
-    family, kernel_class = tile_key(target, fields)
-    return {**SPLIT_OPTIONS.get((family, kernel_class, fields["block_d"]), {}),
-            **SPLIT_OPTIONS.get((target, kernel_class, fields["block_d"]), {})}
+    """The AMD compile options (SPLIT_OPTIONS, by tile family or by target, and by dtype) of an
+    attn_fwd variant: none but at split tiles."""
+    options = {}
+    for key in split_keys(target, fields):
+        options.update(SPLIT_OPTIONS.get(key[:2] + (fields["block_d"],) + key[2:], {}))
+    return options
 
 
 def gpu_target(target):

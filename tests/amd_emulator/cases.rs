@@ -102,7 +102,8 @@ fn prefill_head_dim_tiles(driver: &'static Driver) {
 /// 160 and Phi-3's 96 at their own tiles, 72 on
 /// the 80 tile (masked tail); 80, 96 and 160 without a mask (unmasked key tiles); flat decode at
 /// 80 and 160, paged decode at 80 and 96 and paged prefill at 80 and 96 (pages of 16), keys split
-/// at 80, merged by the 128 tile's merge, and the extras variants (flat at 80, paged at 160).
+/// at 80, merged by the 128 tile's merge, the extras variants (flat at 80, paged at 80 and 160),
+/// and f16 flat prefill at 160 over 150 keys.
 fn split_head_dims(driver: &'static Driver) {
     let mut rng = rng();
     take_launches();
@@ -152,6 +153,20 @@ fn split_head_dims(driver: &'static Driver) {
         )?;
         Ok((out, Some(lse)))
     });
+    // Issue 57's tiles with unmasked key tiles: gfx942's f16 flat prefill at 160 (128x64, kpack
+    // 2; 150 keys, non-causal: two whole 64-key tiles and a masked one) and gfx11's paged
+    // extras at 80 (128x16 over 8 waves, 3 stages; causal with softcap, keys 50 past the queries).
+    let [q, k, v] = batch_inputs(&mut rng, (1, 24, 150, 1, 1, 160), DType::F16);
+    check("prefill F16 d160 150 keys", driver, || Ok((fa::flash_attn(&q, &k, &v, scale(160), false)?, None)));
+    let r = ragged(&mut rng, &[(20, 70), (6, 45)], (2, 1, 80), DType::F16);
+    let p = paginate(&mut rng, &r, 16, 1);
+    let (sq, sk) = r.seqlens();
+    check("paged prefill_x F16 d80 softcap 5 causal", driver, || {
+        let (out, lse) = fa::flash_attn_varlen_paged_windowed_with_lse(
+            &r.q, &p.k_pages, &p.v_pages, &sq, &sk, &p.table, None, 20, 70, scale(80), None, Some(0), 16, Some(5.0),
+        )?;
+        Ok((out, Some(lse)))
+    });
     let cdna = driver.arch_name(0).is_ok_and(|arch| arch.starts_with("gfx9"));
     launched_must_include(
         "split_head_dims",
@@ -159,7 +174,8 @@ fn split_head_dims(driver: &'static Driver) {
           "fwd_prefill_fp16_d160_", "fwd_prefill_fp16_d80_", "fwd_prefill_bf16_d96_",
           "fwd_decode_fp16_d80_flat", "fwd_decode_bf16_d80_flat", "fwd_decode_fp16_d160_flat", "fwd_decode_bf16_d96_paged",
           "fwd_prefill_fp16_d80_paged", "fwd_prefill_bf16_d96_paged", "merge_fp16_d128",
-          "fwd_decode_fp16_d80_paged", "fwd_prefill_fp16_d80_flat_x", "fwd_prefill_bf16_d160_paged_x"],
+          "fwd_decode_fp16_d80_paged", "fwd_prefill_fp16_d80_flat_x", "fwd_prefill_bf16_d160_paged_x",
+          "fwd_prefill_fp16_d160_flat", "fwd_prefill_fp16_d80_paged_x"],
     );
 }
 

@@ -344,7 +344,8 @@ class SplitTileTest(unittest.TestCase):
             for name, family, fields in aot.variants(aot.BLOCK_DIMS, list(aot.DTYPES), target):
                 if family == "fwd" and (aot.target_kind(target) != "cdna" or fields["block_d"] not in aot.SPLIT_DIMS):
                     self.assertEqual(aot.split_options(target, fields), {}, (target, name))
-        for family, kernel_class, block_d in aot.SPLIT_OPTIONS:
+        for family, kernel_class, block_d, *dtype in aot.SPLIT_OPTIONS:
+            self.assertIn(tuple(dtype), [()] + [(d,) for d in aot.DTYPES])
             if family.startswith("gfx"):
                 family = aot.tile_family(family)
             self.assertIn((family, kernel_class), aot.TILES)
@@ -370,11 +371,15 @@ class SplitTileTest(unittest.TestCase):
                         cls = "prefill_x" if fields["tile"] == "prefill" and fields["extras"] else fields["tile"]
                         if fields["paged"] and (aot.tile_family(target), f"{cls}_paged") in aot.TILES:
                             cls = f"{cls}_paged"
-                        own = [tiles[block_d] for (fam, c), tiles in aot.SPLIT_TILES.items()
-                               if block_d in tiles and fam == aot.tile_family(target) and c == cls]
-                        # KEY_HALVES' tile where the variant takes it (gfx12's flat prefill at
-                        # 80, 96 and 160: KeyHalvesTest), else SPLIT_TILES', else the power of two's.
-                        want = own[0] if own else aot.TILES[aot.tile_key(target, fields)][above]
+                        # The most specific row wins: a target's over its family's, a dtype's
+                        # over both. KEY_HALVES' tile where the variant takes it (gfx12's flat
+                        # prefill at 80, 96 and 160: KeyHalvesTest), else SPLIT_TILES', else the
+                        # power of two's TILES entry.
+                        own = [tiles[block_d] for (fam, c, *dt), tiles in sorted(aot.SPLIT_TILES.items(),
+                                                                                key=lambda kv: (len(kv[0]), kv[0][0] == target))
+                               if block_d in tiles and fam in (aot.tile_family(target), target) and c == cls
+                               and dt in ([], [fields["dtype"]])]
+                        want = own[-1] if own else aot.TILES[aot.tile_key(target, fields)][above]
                         if aot.key_halves(target, fields):
                             want = aot.KEY_HALVES[(*aot.tile_key(target, fields), block_d)]
                         self.assertEqual(aot.kernel_tile(target, fields), want, (target, block_d))

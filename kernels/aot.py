@@ -1005,9 +1005,9 @@ KEY_HALVES = {("rdna4", "prefill", 80): (128, 64, 8, 1, 6), ("rdna4", "prefill",
 
 def key_halves(target, fields):
     """Whether the attn_fwd variant `fields` of `target` takes KEY_HALVES (and its tile)."""
-    if target_kind(target) == "cuda" or fields["paged"] or fields["extras"] or not fields["even_d"]:
+    if fields["paged"] or fields["extras"] or not fields["even_d"] or fields.get("ptr32", False):
         return False
-    return (tile_family(target), fields["tile"], fields["block_d"]) in KEY_HALVES and not fields.get("ptr32", False)
+    return (*tile_key(target, fields), fields["block_d"]) in KEY_HALVES
 
 
 def fwd_constexprs(target, fields):

@@ -9,8 +9,8 @@
 # 2. `cargo test --features rocm --test amd_emulator --no-run` for the archs (default
 #    gfx942,gfx1100,gfx1201; every head-dim tile, both dtypes; the Triton build is cached);
 # 3. the stand-in linked with the exports those binaries import, and the exports checked;
-# 4. every arch x class trial in its own process (an emulated access that faults kills its
-#    process; the others still run), with `HIP_STANDIN_DEVICES` = the trial's arch, and the table.
+# 4. every arch x class trial in its own process and the table (scripts/hip-emu-trials.sh).
+# Exits 1 when a step fails, a trial fails or crashes, or no trial matches.
 #
 # A CK arch (gfx90a, gfx942, gfx950) needs hipcc: then everything runs in the ROCm chroot
 # (scripts/rocm-chroot.sh), which gets the emulator's needs (numpy, clang, a shared libpython);
@@ -54,7 +54,8 @@ export FLASH_ATTN_ROCM_FILTER=${FLASH_ATTN_ROCM_FILTER:-$CK_TRIAL_FILTER}
 started=$(date +%s)
 
 echo "== instruction checks of the emulator corrections"
-python3 tools/amd_emulator/checks.py | tee "$out/checks.log"
+python3 tools/amd_emulator/checks.py >"$out/checks.log" 2>&1 || { cat "$out/checks.log"; exit 1; }
+cat "$out/checks.log"
 
 echo "== building (cargo test --features rocm --test amd_emulator --no-run, $archs)"
 build=(cargo test --features rocm --test amd_emulator --no-run)
@@ -69,23 +70,7 @@ python3 scripts/hip_standin.py build --out "$out/standin" "$bin" || exit 1
 export LD_LIBRARY_PATH=$out/standin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 echo "== trials (one process each)"
-printf '| trial | result | seconds | variants launched |\n|---|---|---|---|\n' >"$out/table.md"
-for trial in $("$bin" --list 2>/dev/null | sed -n 's/: test$//p'); do
-  arch=${trial%%::*}
-  case ",$archs," in *",$arch,"*) ;; *) continue ;; esac
-  [ -n "$filter" ] && case "$trial" in *$filter*) ;; *) continue ;; esac
-  log="$out/${trial//::/.}.log"
-  t0=$(date +%s)
-  case "$trial" in *::ck_*) kernels=ck ;; *) kernels=triton ;; esac
-  HIP_STANDIN_DEVICES=$arch FLASH_ATTN_ROCM_KERNELS=$kernels "$bin" --exact "$trial" >"$log" 2>&1
-  rc=$?
-  secs=$(( $(date +%s) - t0 ))
-  if grep -q "1 passed" "$log"; then result="ran, matched"
-  elif grep -q "1 ignored" "$log"; then result="skipped: $(grep -o -m1 "$trial: skipped: .*\|^$arch: skipped: .*" "$log" | head -1 | sed 's/.*skipped: //')"
-  elif [ $rc -gt 128 ]; then result="crashed (signal $((rc - 128))); last call that matched: $(grep -o 'emu-diff.*' "$log" | tail -1 | sed 's/.*lse [^ ]* //')"
-  else result="failed: $(grep -m1 -A1 'panicked at' "$log" | tail -1 | cut -c1-180)"
-  fi
-  variants=$(grep -ho 'emu-launched [^:]*: .*' "$log" | sed 's/^emu-launched [^:]*: //')
-  printf '| %s | %s | %s | %s |\n' "$trial" "$result" "$secs" "$variants" | tee -a "$out/table.md"
-done
+scripts/hip-emu-trials.sh "$bin" "$out" "$archs" "$filter"
+status=$?
 echo "== done in $(( $(date +%s) - started )) s; table: $out/table.md; tinygrad $(git -C "$FLASH_ATTN_ROCM_TINYGRAD" rev-parse HEAD 2>/dev/null || cat "$FLASH_ATTN_ROCM_TINYGRAD/SNAPSHOT" 2>/dev/null || echo "(unknown snapshot)")"
+exit $status

@@ -22,7 +22,8 @@ fastest backend for it (cuDNN, memory-efficient or flash, enable_gqa), and the K
 per second as a fraction of the GPU's device-to-device copy bandwidth (read + write); paged
 decode (pages of 16 and 256, shuffled table) has no PyTorch counterpart, so its rows stand
 beside PyTorch's fastest flat decode of the same shape (issue 27's bar). Decode with extras
-(sliding windows, softcap, ALiBi, bf16, other GQA groups; `--decode-only` includes it) stands
+(sliding windows, softcap, ALiBi, bf16, other GQA groups, the head dims 80 and 96 of phi-2 and
+Phi-3-mini; `--decode-only` includes it) stands
 beside PyTorch's best for each: SDPA over the window's keys, flex_attention for the score mods.
 Stable Diffusion rows (`--sd-only`, and in every full run): the attention calls of SD 1.5's UNet
 at 512 x 512, batch 2 (self-attention over 4096, 1024, 256 and 64 tokens at d = 40, 80, 160, 160,
@@ -297,7 +298,10 @@ def extras(binary, baseline, quick, bw):
             (1, 131072, 32, 8, 128, "f16", ("--window", 1024)), (16, 32768, 32, 8, 128, "f16", ("--window", 1024)),
             (4, 32768, 32, 8, 128, "f16", ("--softcap", 50)), (4, 32768, 32, 8, 128, "f16", ("--alibi",)),
             (1, 8192, 16, 8, 256, "bf16", ("--softcap", 50)), (4, 8192, 16, 8, 256, "bf16", ("--softcap", 50)),
-            (4, 32768, 32, 8, 128, "bf16", ()), (4, 16384, 32, 32, 128, "f16", ()), (4, 32768, 32, 4, 128, "bf16", ())]
+            (4, 32768, 32, 8, 128, "bf16", ()), (4, 16384, 32, 32, 128, "f16", ()), (4, 32768, 32, 4, 128, "bf16", ()),
+            # The split head dims' decode: phi-2 (32 heads of 80) and Phi-3-mini (32 of 96), no GQA.
+            (1, 4096, 32, 32, 80, "f16", ()), (8, 4096, 32, 32, 80, "f16", ()),
+            (1, 4096, 32, 32, 96, "bf16", ()), (8, 4096, 32, 32, 96, "bf16", ())]
     for b, s_k, h, h_k, d, dtype, opts in rows[:3] if quick else rows:
         args = ("decode", dtype, b, s_k, h, h_k, d, *opts)
         r = ours(binary, *args)

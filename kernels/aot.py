@@ -337,7 +337,8 @@ TILES = {
 # 25.1 / 28.6 -> 21.1 / 25.0, d = 96 25.8 / 28.8 at 5 waves -> 19.7 / 23.0 at 6; 4-8 spills,
 # none in a key loop; gfx1151 the same): 128x64 at 6 17.0 / 18.3 reloads 26 / 36 times in the
 # hot loop, 128x32 over 4 waves 16.5 22 times, 64x64 19.6 32 times, 64x32 at 7 9 / 41 times in
-# the masked loops, 32x32 over 2 waves 23.4 at d = 80 and 21 reloads at 96;
+# the masked loops, 32x32 over 2 waves 23.4 at d = 80 and 21 reloads at 96 (the flat EVEN_D
+# variants at 80, 96 and 160 now take KEY_HALVES' tiles and loops: its comment);
 # rdna3_small (gfx1103) likewise: its d = 128 tile reloads 3-41 times in the key loop at d = 80
 # and 96, 128x32 at its waves_per_eu 4 not at all (f16 25.1 at d = 80, 25.8 at 96). With the
 # in-thread transpose (which 128x32 over 8 waves does not take at d = 80 / 96) gfx1103 d = 80
@@ -376,9 +377,11 @@ TILES = {
 # - rdna3_small paged decode d = 80: 32x32 over 2 waves at 4, 56.4 / 60.2 -> 45.8 / 49.8 (1.21x ->
 #   0.98x of d = 64's 46.8; 8 spills outside the key loop); 16x32 54.6, 16x16 75.4. (d = 96, within
 #   1.1x already: 49.0 -> 42.5 there, with 12-18 spills; kept.)
-# Not within 1.1x (docs/kernel-report.md has why): gfx1100 flat prefill at 80 / 96 / 160 (f16 1.32x
-# / 1.23x / 1.26x) and paged at 160 (1.18x), gfx1103 flat / paged at 160 (1.45x / 1.17x), gfx1201
-# flat decode at 160 (1.14x). gfx11 d = 80 / 96 flat: 64-key tiles spill (128x64 over 8 waves 161
+# Not within 1.1x (docs/kernel-report.md has why): gfx11 paged prefill at 160 (gfx1100 1.18x,
+# gfx1103 1.17x), gfx1103 flat prefill at 160 (1.45x -> 1.21x with KEY_HALVES), gfx1201 flat decode
+# at 160 (1.14x). gfx1100 flat prefill at 80 / 96 / 160 (f16 1.32x / 1.23x / 1.26x) now takes
+# KEY_HALVES' loops (0.96x / 0.99x / 1.07x; KEY_HALVES' comment). With _attend's loop, gfx11
+# d = 80 / 96 flat: 64-key tiles spill (128x64 over 8 waves 161
 # VGPRs, 26 reloads in the hot loop; at waves_per_eu 4-5 123-133 and 7-20; schedule hints: 161-296
 # spills), where d = 128 on 128x64 spills 31 with 1 reload. 2 stages (not yet taken): gfx1100 flat
 # d = 80 21.1 -> 19.2 (18.9 at waves_per_eu 5) and d = 96 19.7 -> 19.0, with 13-33 reloads in the
@@ -984,8 +987,9 @@ def in_thread_transpose(target, fields):
 # in two halves joined into one dot and V in two halves with dots of their own, and whose masked
 # tiles run _attend on BLOCK_N / 2 keys: the accumulator rescale (128 multiplies a wave at d =
 # 256) once per BLOCK_N keys with the operand registers of BLOCK_N / 2. Figures in TILES' d = 256
-# bullet. Not on gfx11: its d = 256 flat prefill at 128x32 with halves 11.1 / 12.3 -> 11.3 / 12.8,
-# hot-loop reloads 33 / 31 -> 53 / 54 (gfx1100; gfx1103 at 4 waves alike).
+# bullet. Not on gfx11 at d = 256: its flat prefill at 128x32 with halves 11.1 / 12.3 -> 11.3 / 12.8,
+# hot-loop reloads 33 / 31 -> 53 / 54 (gfx1100; gfx1103 at 4 waves alike); gfx11 takes it at the
+# split head dims (below).
 # At the split head dims (issue 57) the unmasked tiles load K and V whole (the tail's V first)
 # from the scalar tile pointer, the masked ones run on BLOCK_N / 2 keys first, on 128x64 (gfx1201,
 # f16 / bf16, hot loop; scratch loads per tile in it): d = 160 (SPLIT_TILES' 128x32, 11.6 / 13.6,
@@ -999,8 +1003,34 @@ def in_thread_transpose(target, fields):
 # - 128x64, K whole, V in halves (tail whole first) 9.1 / 11.4; at d = 80 / 96 15.2 / 18.1 and
 #   13.8 / 16.5 (V's 32 x 64 halves lose the transpose). _attend's loop (per-tile pointer
 #   tensors) for the unmasked tiles 9.0 / 10.6 with 14.
+# gfx11 at the split head dims (issue 57; f16 / bf16, hot loop, scratch loads per tile in it and,
+# in parentheses, in the masked loops): the scalar tile pointer and 32-key masked tiles keep a
+# 64-key tile in registers where _attend's loop spilled it (SPLIT_TILES' comment: 128x64 161
+# VGPRs at d = 80). gfx1100 (gfx1151 alike) d = 80 / 96 on 128x64 with 2 stages at 6: 21.1 / 25.0
+# -> 15.4 / 19.9 and 19.7 / 23.0 -> 15.8 / 19.9 (0.96x / 0.99x of d = 64's 16.0; 3-7 spills, none
+# in a key loop; 6 waves as on 64x32): per 64 keys 618 instructions a wave against 2 x 421, the
+# rescale once per 64 keys (40 v_mul_f32 against 82) and Q's tail no longer converted in the
+# loop (8 ds_bpermute_b32 per 32 keys gone). One stage at 6 16.4 / 20.9, d = 96 15.1 with 12; at
+# 5 16.4 and 15.8 / 19.4 without key-loop scratch (5 waves); 2 stages at 5 d = 96 15.5 with (12);
+# 128x32 at 6 24.9 / 25.4; 64x64 over 4 waves 17.4, d = 96 13.6 with 17. d = 160 on 128x32 with 2
+# stages at 5: 15.7 / 18.8 -> 13.4 / 15.8 (1.07x / 1.01x of d = 128's 12.5 / 15.7; 25 / 32 (136)
+# -> 2 / 2 (44), 5 waves): one stage 14.1 / 16.6 with 4 / 2 (19), schedule_hint "attention" 13.3 /
+# 15.3 with 5 (38; "memory-bound-attention" fails in LLVM: "Virtual register defs don't dominate
+# all uses"), 128x64 12.7 with 37 (151), 64x64 12.0 with 53 (167), 64x32 15.6 with 19 (76).
+# rdna3_small (gfx1103) d = 80 / 96 on 128x64 with one stage at 4: 21.1 / 25.1 -> 16.4 / 20.4 and
+# 19.1 / 22.7 -> 15.8 / 19.4 (0-1 spills, 4 waves as before); 2 stages 15.6 / 20.7 and 15.5 with
+# (12), 64x64 17.1 and 13.1 with 12, 128x64 at 5 17.1 with 9 (17). d = 160 on 128x32 with 2 stages
+# at 4: 16.2 / 18.7 -> 13.5 / 15.9 (1.21x of d = 256's 11.2, 1.15x of d = 128's 13.8 bf16; 32 (136)
+# -> 2 (57)); one stage 14.1 with 4 (19), 3 stages 15.0 with 5 (50), "attention" 13.4 / 15.3 with
+# 5 (40-44), 64x32 at 2 stages 14.4 with 10 (104), 128x64 at 2 stages 12.4 with 4 stores and 25
+# loads (20 / 168). What stays at 160: the rescale of 160 columns per 32 keys (2.0 v_mul_f32 per
+# 4096 MACs, as d = 256's 128x32) and the 32-column V tail's 16-bit operand reads (1.6).
 KEY_HALVES = {("rdna4", "prefill", 80): (128, 64, 8, 1, 6), ("rdna4", "prefill", 96): (128, 64, 8, 1, 6),
-              ("rdna4", "prefill", 160): (128, 64, 8, 1, 5), ("rdna4", "prefill", 256): (128, 32, 8, 1, 5)}
+              ("rdna4", "prefill", 160): (128, 64, 8, 1, 5), ("rdna4", "prefill", 256): (128, 32, 8, 1, 5),
+              ("rdna3", "prefill", 80): (128, 64, 8, 2, 6), ("rdna3", "prefill", 96): (128, 64, 8, 2, 6),
+              ("rdna3", "prefill", 160): (128, 32, 8, 2, 5),
+              ("rdna3_small", "prefill", 80): (128, 64, 8, 1, 4), ("rdna3_small", "prefill", 96): (128, 64, 8, 1, 4),
+              ("rdna3_small", "prefill", 160): (128, 32, 8, 2, 4)}
 
 
 def key_halves(target, fields):

@@ -287,26 +287,37 @@ class OneLoopTest(unittest.TestCase):
 class KeyHalvesTest(unittest.TestCase):
     """Which variants take KEY_HALVES' loops (aot.key_halves): gfx12's flat prefill at d = 256
     (on 128x32, unmasked tiles in halves) and at the split head dims 80, 96 and 160 (on 128x64,
-    masked tiles of 32 keys first), exact head dim, no extras, 64-bit addressing; nothing else."""
+    masked tiles of 32 keys first), gfx11's at 80, 96 (128x64) and 160 (128x32, 2 stages), exact
+    head dim, no extras, 64-bit addressing; nothing else."""
 
-    def test_key_halves_variants_per_target(self):
-        def halves(target):
-            dims = [*aot.POW2_DIMS, *aot.SPLIT_DIMS]
-            return {n: aot.kernel_tile(target, f) for n, family, f in aot.variants(dims, list(aot.DTYPES), target)
-                    if family == "fwd" and aot.fwd_constexprs(target, f)["KEY_HALVES"]}
+    def halves(self, target):
+        dims = [*aot.POW2_DIMS, *aot.SPLIT_DIMS]
+        return {n: aot.kernel_tile(target, f) for n, family, f in aot.variants(dims, list(aot.DTYPES), target)
+                if family == "fwd" and aot.fwd_constexprs(target, f)["KEY_HALVES"]}
 
-        for target in ("gfx1200", "gfx1201"):
-            tiles = {256: (128, 32, 8, 1, 5), 160: (128, 64, 8, 1, 5), 96: (128, 64, 8, 1, 6), 80: (128, 64, 8, 1, 6)}
-            self.assertEqual(halves(target), {f"fwd_prefill_{dtype}_d{d}_flat": tile
-                                              for dtype in aot.DTYPES for d, tile in tiles.items()})
+    def check_family(self, targets, tiles, padded):
+        for target in targets:
+            self.assertEqual(self.halves(target), {f"fwd_prefill_{dtype}_d{d}_flat": tile
+                                                   for dtype in aot.DTYPES for d, tile in tiles.items()}, target)
             # The padded variants (and their `_b32` twins) keep their tiles.
-            for d, tile in ((256, (128, 16)), (160, (128, 32)), (96, (128, 64)), (80, (128, 64))):
+            for d, tile in padded.items():
                 for n, family, f in aot.variants([d], ["fp16"], target):
                     if n.startswith(f"fwd_prefill_fp16_d{d}p_flat") and not f["extras"]:
                         self.assertEqual(aot.kernel_tile(target, f)[:2], tile, n)
                         self.assertFalse(aot.fwd_constexprs(target, f)["KEY_HALVES"], n)
-        for target in ("sm_80", "sm_90", "gfx942", "gfx1030", "gfx1100", "gfx1103"):
-            self.assertEqual(halves(target), {}, target)
+
+    def test_key_halves_variants_per_target(self):
+        self.check_family(("gfx1200", "gfx1201"),
+                          {256: (128, 32, 8, 1, 5), 160: (128, 64, 8, 1, 5), 96: (128, 64, 8, 1, 6), 80: (128, 64, 8, 1, 6)},
+                          {256: (128, 16), 160: (128, 32), 96: (128, 64), 80: (128, 64)})
+        self.check_family(("gfx1100", "gfx1101", "gfx1151"),
+                          {160: (128, 32, 8, 2, 5), 96: (128, 64, 8, 2, 6), 80: (128, 64, 8, 2, 6)},
+                          {256: (128, 32), 160: (128, 32), 96: (64, 32), 80: (64, 32)})
+        self.check_family(("gfx1102", "gfx1103", "gfx1150"),
+                          {160: (128, 32, 8, 2, 4), 96: (128, 64, 8, 1, 4), 80: (128, 64, 8, 1, 4)},
+                          {256: (128, 32), 160: (128, 32), 96: (32, 32), 80: (64, 32)})
+        for target in ("sm_80", "sm_90", "gfx942", "gfx1030"):
+            self.assertEqual(self.halves(target), {}, target)
 
 
 class SplitTileTest(unittest.TestCase):

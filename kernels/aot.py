@@ -644,6 +644,11 @@ def tile_family(target):
 # against 32 + 16, scripts/bench_gpu.py old binary beside new in one run: 4 x 4096 x 51 heads
 # 253.3 / 234.2, causal 223.3 / 210.9, 32 x 512 187.4 / 179.4; SD 1.5's 2 x 4096 x 8 226.8 /
 # 221.7): at d = 40 the key loop's time is not its matrix work, and the second dot adds to the rest.
+# Nor another tile for 40 on the 64 tile's padded variant than TILES' 128x64 x 4 warps x 3 stages:
+# on an H100 (scripts/jit_fwd_tiles.py, f16, median TFLOP/s of 6 alternating bursts; 2 x 4096 x 8
+# heads, 4 x 4096 x 51, the same causal, 32 x 512 x 51) 230.7, 254.4, 227.2, 197.0 against at
+# best 227.9, 243.2, 218.7, 190.1 (128x64 x 4 stages); 2 stages, 8 warps, 128x128, 128x32 and
+# 64-row tiles 5-45% slower (cuDNN 283.8, 283.5, 266.2, 227.4).
 # CDNA: not 48 either, whose gfx942 flat prefill issues 9.5 instructions per 4096 useful MACs
 # against 4.8 at 64 (456 against 307 per key tile and row: more than padding; docs/kernel-report.md).
 SPLIT_SKIP = {"cuda": {48}, "cdna": {48}}

@@ -648,7 +648,7 @@ def tile_family(target):
 # on an H100 (scripts/jit_fwd_tiles.py, f16, median TFLOP/s of 6 alternating bursts; 2 x 4096 x 8
 # heads, 4 x 4096 x 51, the same causal, 32 x 512 x 51) 230.7, 254.4, 227.2, 197.0 against at
 # best 227.9, 243.2, 218.7, 190.1 (128x64 x 4 stages); 2 stages, 8 warps, 128x128, 128x32 and
-# 64-row tiles 5-45% slower (cuDNN 283.8, 283.5, 266.2, 227.4).
+# 64-row tiles 5-41% slower (cuDNN 283.8, 283.5, 266.2, 227.4).
 # CDNA: not 48 either, whose gfx942 flat prefill issues 9.5 instructions per 4096 useful MACs
 # against 4.8 at 64 (456 against 307 per key tile and row: more than padding; docs/kernel-report.md).
 SPLIT_SKIP = {"cuda": {48}, "cdna": {48}}

@@ -21,6 +21,7 @@ pub const CLASSES: &[ClassTest] = &[
     ("prefill_d256", prefill_d256),
     ("head_dims_above_256", head_dims_above_256),
     ("split_head_dims", split_head_dims),
+    ("split_head_dims_b64", split_head_dims_b64),
     ("decode", decode),
     ("decode_d128", decode_d128),
     ("split_keys_merge", split_keys_merge),
@@ -177,6 +178,25 @@ fn split_head_dims(driver: &'static Driver) {
           "fwd_decode_fp16_d80_paged", "fwd_prefill_fp16_d80_flat_x", "fwd_prefill_bf16_d160_paged_x",
           "fwd_prefill_fp16_d160_flat", "fwd_prefill_fp16_d80_paged_x"],
     );
+}
+
+/// The 64-bit images of the split-tile decode variants that have a `_b32` twin, which small
+/// calls always take (twins.rs): flat decode at 160, both dtypes, GQA 4/1 over 70 keys (gfx12 runs
+/// KEY_HALVES' loops there, kernels/aot.py: four unmasked 16-key tiles from the scalar tile pointer
+/// and a masked one); against the CPU backend's output and LSE.
+fn split_head_dims_b64(driver: &'static Driver) {
+    let mut rng = rng();
+    take_launches();
+    for dtype in DTYPES {
+        let x = batch_inputs(&mut rng, (2, 1, 70, 4, 1, 160), dtype);
+        let op = fa::FlashAttn { softmax_scale: scale(160), alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None };
+        let (cpu_out, cpu_lse) = op.forward_with_lse(&x[0], &x[1], &x[2]).unwrap();
+        let (out, lse, splits) = crate::twins::batch_without_twin(driver, &x, scale(160), false);
+        crate::compare::agree(&format!("decode {dtype:?} d160 b2 s_k 70, 64-bit image, {splits} splits"), (&out, Some(&lse)), (&cpu_out, Some(&cpu_lse)));
+    }
+    launched_must_include("split_head_dims_b64", &["fwd_decode_fp16_d160_flat", "fwd_decode_bf16_d160_flat"]);
+    let launched = crate::compare::last_launched();
+    assert!(launched.iter().all(|v| !v.contains("_b32")), "a twin ran: {launched:?}");
 }
 
 /// The 256 tile (its own class: on RDNA it spills heavily to scratch). Causal 24 x 40 has no

@@ -287,7 +287,8 @@ class OneLoopTest(unittest.TestCase):
 class KeyHalvesTest(unittest.TestCase):
     """Which variants take KEY_HALVES' loops (aot.key_halves): gfx12's flat prefill at d = 256
     (on 128x32, unmasked tiles in halves) and at the split head dims 80, 96 and 160 (on 128x64,
-    masked tiles of 32 keys first), exact head dim, no extras, 64-bit addressing; nothing else."""
+    masked tiles of 32 keys first), and gfx12's flat decode at 160 (its 16-key tile, masked tiles
+    of 16 keys), exact head dim, no extras, 64-bit addressing; nothing else."""
 
     def test_key_halves_variants_per_target(self):
         def halves(target):
@@ -297,14 +298,20 @@ class KeyHalvesTest(unittest.TestCase):
 
         for target in ("gfx1200", "gfx1201"):
             tiles = {256: (128, 32, 8, 1, 5), 160: (128, 64, 8, 1, 5), 96: (128, 64, 8, 1, 6), 80: (128, 64, 8, 1, 6)}
-            self.assertEqual(halves(target), {f"fwd_prefill_{dtype}_d{d}_flat": tile
-                                              for dtype in aot.DTYPES for d, tile in tiles.items()})
+            want = {f"fwd_prefill_{dtype}_d{d}_flat": tile for dtype in aot.DTYPES for d, tile in tiles.items()}
+            want.update({f"fwd_decode_{dtype}_d160_flat": (16, 16, 1, 1, 5) for dtype in aot.DTYPES})
+            self.assertEqual(halves(target), want)
             # The padded variants (and their `_b32` twins) keep their tiles.
             for d, tile in ((256, (128, 16)), (160, (128, 32)), (96, (128, 64)), (80, (128, 64))):
                 for n, family, f in aot.variants([d], ["fp16"], target):
                     if n.startswith(f"fwd_prefill_fp16_d{d}p_flat") and not f["extras"]:
                         self.assertEqual(aot.kernel_tile(target, f)[:2], tile, n)
                         self.assertFalse(aot.fwd_constexprs(target, f)["KEY_HALVES"], n)
+            # The padded decode variants and the `_b32` twins keep the decode tile at waves_per_eu 6.
+            for n, family, f in aot.variants([160], ["fp16"], target):
+                if n.startswith("fwd_decode_fp16_d160") and n != "fwd_decode_fp16_d160_flat":
+                    self.assertEqual(aot.kernel_tile(target, f), (16, 16, 1, 1, 6), n)
+                    self.assertFalse(aot.fwd_constexprs(target, f)["KEY_HALVES"], n)
         for target in ("sm_80", "sm_90", "gfx942", "gfx1030", "gfx1100", "gfx1103"):
             self.assertEqual(halves(target), {}, target)
 

@@ -378,7 +378,8 @@ TILES = {
 #   1.1x already: 49.0 -> 42.5 there, with 12-18 spills; kept.)
 # Not within 1.1x (docs/kernel-report.md has why): gfx1100 flat prefill at 80 / 96 / 160 (f16 1.32x
 # / 1.23x / 1.26x) and paged at 160 (1.18x), gfx1103 flat / paged at 160 (1.45x / 1.17x); gfx1201
-# flat decode at 160 (1.14x) has since taken KEY_HALVES (0.97x, below). gfx11 d = 80 / 96 flat:
+# flat decode at 160 (1.14x) has since taken KEY_HALVES (0.97x, below), gfx11 paged at 160 TAIL_VEC
+# (1.10x). gfx11 d = 80 / 96 flat:
 # 64-key tiles spill (128x64 over 8 waves 161 VGPRs, 26 reloads in the hot loop; at waves_per_eu
 # 4-5 123-133 and 7-20; schedule hints: 161-296 spills), where d = 128 on 128x64 spills 31 with 1
 # reload. 2 stages (not yet taken): gfx1100 flat
@@ -394,7 +395,8 @@ TILES = {
 # reloads), 128x64 21.1 (27 stores / 99 loads per tile), 128x16 36.8, 64x32 / 64x64 over 4 waves
 # 28.4 / 26.8, 32x32 / 32x64 over 2 40.6 / 32.0 (all reloading), schedule_hint "attention" 22.7,
 # "memory-bound-attention" 24.1 (both 24.2), the V tail's head-dim contiguity hidden 24.5 (LDS
-# loads 136 -> 80, but each thread gathers four keys' pages: v_mul_lo_u32 24 -> 37).
+# loads 136 -> 80, but each thread gathers four keys' pages: v_mul_lo_u32 24 -> 37). Taken:
+# TAIL_VEC (two columns a thread; its table stands above fwd_constexprs).
 # gfx1201 flat decode d = 160, one wave of 16 rows: 16x16 at 2 stages 25.4 (waves_per_eu 5) /
 # 26.9 (6) with 98-128 spills and 10-22 hot-loop reloads; schedule_hint "memory-bound-attention"
 # 26.2 with 10, "attention" the same code; 16x32 with either hint 25.6-26.5 with 37-75. 32x16 over
@@ -1034,6 +1036,30 @@ def key_halves(target, fields):
     return (*tile_key(target, fields), fields["block_d"]) in KEY_HALVES
 
 
+# attn_fwd's TAIL_VEC (attention.py): per (tile family, kernel class, head-dim tile) the columns
+# of each load of the split head dim's tail. gfx11 paged prefill d = 160 (128x32 over 8 waves,
+# issue 57): Triton loads the 32 x 32 V tail tile 4 columns (64 bits) a thread, one key row each,
+# too few for the in-thread transpose, so its WMMA operand was read from LDS 16 bits at a time (64
+# ds_load_u16(_d16_hi) and about 50 s_waitcnt a wave per tile); 2 columns give each thread two
+# key rows, and the transpose's ds_load_b128 (gfx1100 f16 / bf16 22.8 / 24.9 -> 21.4 / 23.9 per
+# 4096 MACs, 1.10x / 1.08x of d = 128's 19.4 / 22.2; gfx1103 22.8 / 25.0 -> 21.4 / 23.9, 1.10x /
+# 1.07x of 19.5 / 22.4), hot-loop scratch loads as before (31), 5 / 4 waves as before. The `_b32`
+# twins gain more (gfx1100 f16 18.4 -> 15.9, hot-loop reloads 25 -> 22, masked loops 86 -> 44);
+# the padded 64-bit variants keep Triton's vectors (with 2 they issue the same, 24.6 -> 24.8, and
+# store to scratch in the hot loop: 0 / 62 -> 7 / 75 per tile). A run-time 1 times the tail's
+# column offsets (contiguity 1) gave 24.5: each thread then gathers four keys' pages; two columns
+# with that run-time 1 851 / 949 instructions a wave per tile (gfx1100 exact, 1.098x), but the
+# `_b32` twins 634 -> 662. gfx1151 as gfx1100 (21.3 / 23.8).
+TAIL_VEC = {("rdna3", "prefill_paged", 160): 2, ("rdna3_small", "prefill_paged", 160): 2}
+
+
+def tail_vec(target, fields):
+    """attn_fwd's TAIL_VEC for the variant `fields` of `target` (TAIL_VEC; 0: Triton's choice)."""
+    if not fields["even_d"] and not fields.get("ptr32", False):
+        return 0
+    return TAIL_VEC.get((*tile_key(target, fields), fields["block_d"]), 0)
+
+
 def fwd_constexprs(target, fields):
     """attn_fwd's compile-time arguments for the variant `fields` of `target`."""
     bm, bn = kernel_tile(target, fields)[:2]
@@ -1041,7 +1067,7 @@ def fwd_constexprs(target, fields):
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": block_d, "BLOCK_D2": block_d2, "EVEN_D": fields["even_d"],
             "PAGED": fields["paged"], "EXTRAS": fields["extras"], "PAGE_TILES": page_tiles(target, fields),
             "FOLD_SCALE": target_kind(target) != "cuda", "ONE_LOOP": one_loop(target, fields),
-            "KEY_HALVES": key_halves(target, fields)}
+            "KEY_HALVES": key_halves(target, fields), "TAIL_VEC": tail_vec(target, fields)}
 
 
 def compile_one(job):

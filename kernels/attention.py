@@ -34,7 +34,9 @@ score; on sm_90 it ran up to 5% slower at d = 64); PAGE_TILES (per target, not a
 second key loop for pages that hold whole tiles, chosen at run time); KEY_HALVES (per target,
 tile class and head-dim tile, flat EVEN_D variants without EXTRAS: masked key tiles of half the
 tile (16 keys at least) first, then unmasked ones loaded in halves, or whole at a split head dim,
-_attend_halves; kernels/aot.py's KEY_HALVES). Everything else, the
+_attend_halves; kernels/aot.py's KEY_HALVES); TAIL_VEC (per target, tile class and head-dim
+tile: the split head dim's tail loaded in vectors of that many columns, 0: Triton's choice;
+kernels/aot.py's TAIL_VEC). Everything else, the
 batch/varlen choice included, is a run-time argument so that one code object serves every shape.
 """
 
@@ -314,6 +316,7 @@ def attn_fwd(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_D2: tl.constexpr,
     EVEN_D: tl.constexpr, PAGED: tl.constexpr, EXTRAS: tl.constexpr, PAGE_TILES: tl.constexpr,
     FOLD_SCALE: tl.constexpr, ONE_LOOP: tl.constexpr, KEY_HALVES: tl.constexpr = False,
+    TAIL_VEC: tl.constexpr = 0,
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -413,6 +416,11 @@ def attn_fwd(
         q2_ptrs = q_base + i[:, None] * stride_qm + head[:, None] * stride_qh + offs_d2[None, :]
         q2 = _load_tile(q2_ptrs, None, d_mask2[None, :], False, EVEN_D)
 
+    if TAIL_VEC > 0:
+        # The tail's K/V loads in vectors of TAIL_VEC columns (kernels/aot.py's TAIL_VEC): with 2,
+        # the 256 threads of a 32 x 32 V tail tile load two key rows each, which the in-thread
+        # transpose needs, where with Triton's 4 (64 bits) each loads one.
+        offs_d2 = tl.max_contiguous(offs_d2, TAIL_VEC)
     k_base = K + hk * stride_kh
     v_base = V + hk * stride_vh
     if not PAGED:

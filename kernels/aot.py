@@ -377,11 +377,11 @@ TILES = {
 # - rdna3_small paged decode d = 80: 32x32 over 2 waves at 4, 56.4 / 60.2 -> 45.8 / 49.8 (1.21x ->
 #   0.98x of d = 64's 46.8; 8 spills outside the key loop); 16x32 54.6, 16x16 75.4. (d = 96, within
 #   1.1x already: 49.0 -> 42.5 there, with 12-18 spills; kept.)
-# Not within 1.1x (docs/kernel-report.md has why): gfx11 paged prefill at 160 (gfx1100 1.18x,
-# gfx1103 1.17x), gfx1103 flat prefill at 160 (1.45x -> 1.21x with KEY_HALVES), gfx1201 flat decode
-# at 160 (1.14x). gfx1100 flat prefill at 80 / 96 / 160 (f16 1.32x / 1.23x / 1.26x) now takes
-# KEY_HALVES' loops (0.96x / 0.99x / 1.07x; KEY_HALVES' comment). With _attend's loop, gfx11
-# d = 80 / 96 flat: 64-key tiles spill (128x64 over 8 waves 161
+# Not within 1.1x (docs/kernel-report.md has why): gfx1103 flat prefill at 160 (1.45x -> 1.21x with
+# KEY_HALVES). Since within it: gfx1100 flat prefill at 80 / 96 / 160 (f16 1.32x / 1.23x / 1.26x ->
+# 0.96x / 0.99x / 1.07x) on KEY_HALVES' loops, gfx1201 flat decode at 160 (1.14x -> 0.97x) too
+# (KEY_HALVES' comment), gfx11 paged prefill at 160 (1.18x / 1.17x -> 1.10x) with TAIL_VEC. With
+# _attend's loop, gfx11 d = 80 / 96 flat: 64-key tiles spill (128x64 over 8 waves 161
 # VGPRs, 26 reloads in the hot loop; at waves_per_eu 4-5 123-133 and 7-20; schedule hints: 161-296
 # spills), where d = 128 on 128x64 spills 31 with 1 reload. 2 stages (not yet taken): gfx1100 flat
 # d = 80 21.1 -> 19.2 (18.9 at waves_per_eu 5) and d = 96 19.7 -> 19.0, with 13-33 reloads in the
@@ -389,6 +389,15 @@ TILES = {
 # 32 -> 3 / 5, masked loops 0/136 -> 18 stores / 165 loads; padded 64-bit 17.6 / 19.9 -> 17.6 / 20.2
 # with 64 -> 74 reloads, padded _b32 16.0 / 19.6 -> 13.2 / 15.7 with 0-3), gfx1103 16.2 / 18.7
 # -> 14.3 / 17.0 the same way; paged d = 160 22.8 -> 22.1 (padded 24.6 -> 24.9, 0/62 -> 5/71).
+# gfx11 paged prefill d = 160 (gfx1100 f16, 128x32 at 5, 910 instructions a wave per tile against
+# d = 128's 620): the 32-column V tail gives each of 256 threads 4 elements of one key row, too few
+# for the in-thread transpose, so its operand is read 16 bits at a time (64 ds_load_u16(_d16_hi),
+# 92 s_waitcnt against 40), and the loop reloads 31 times. Also tried: 128x32 at 6 22.6 (31
+# reloads), 128x64 21.1 (27 stores / 99 loads per tile), 128x16 36.8, 64x32 / 64x64 over 4 waves
+# 28.4 / 26.8, 32x32 / 32x64 over 2 40.6 / 32.0 (all reloading), schedule_hint "attention" 22.7,
+# "memory-bound-attention" 24.1 (both 24.2), the V tail's head-dim contiguity hidden 24.5 (LDS
+# loads 136 -> 80, but each thread gathers four keys' pages: v_mul_lo_u32 24 -> 37). Taken:
+# TAIL_VEC (two columns a thread; its table stands above fwd_constexprs).
 # gfx1201 flat decode d = 160, one wave of 16 rows: 16x16 at 2 stages 25.4 (waves_per_eu 5) /
 # 26.9 (6) with 98-128 spills and 10-22 hot-loop reloads; schedule_hint "memory-bound-attention"
 # 26.2 with 10, "attention" the same code; 16x32 with either hint 25.6-26.5 with 37-75. 32x16 over
@@ -990,11 +999,11 @@ def in_thread_transpose(target, fields):
 # tile) the launch tile of its flat EVEN_D variants without EXTRAS (the padded ones, their `_b32`
 # twins among them, keep TILES' or SPLIT_TILES'), whose unmasked key tiles of BLOCK_N keys load K
 # in two halves joined into one dot and V in two halves with dots of their own, and whose masked
-# tiles run _attend on BLOCK_N / 2 keys: the accumulator rescale (128 multiplies a wave at d =
-# 256) once per BLOCK_N keys with the operand registers of BLOCK_N / 2. Figures in TILES' d = 256
-# bullet. Not on gfx11 at d = 256: its flat prefill at 128x32 with halves 11.1 / 12.3 -> 11.3 / 12.8,
-# hot-loop reloads 33 / 31 -> 53 / 54 (gfx1100; gfx1103 at 4 waves alike); gfx11 takes it at the
-# split head dims (below).
+# tiles run _attend on BLOCK_N / 2 keys (16 at least, tl.dot's least: a 16-key tile's run on 16):
+# the accumulator rescale (128 multiplies a wave at d = 256) once per BLOCK_N keys with the operand
+# registers of BLOCK_N / 2. Figures in TILES' d = 256 bullet. Not on gfx11 at d = 256: its flat
+# prefill at 128x32 with halves 11.1 / 12.3 -> 11.3 / 12.8, hot-loop reloads 33 / 31 -> 53 / 54
+# (gfx1100; gfx1103 at 4 waves alike); gfx11 takes it at the split head dims (below).
 # At the split head dims (issue 57) the unmasked tiles load K and V whole (the tail's V first)
 # from the scalar tile pointer, the masked ones run on BLOCK_N / 2 keys first, on 128x64 (gfx1201,
 # f16 / bf16, hot loop; scratch loads per tile in it): d = 160 (SPLIT_TILES' 128x32, 11.6 / 13.6,
@@ -1030,12 +1039,26 @@ def in_thread_transpose(target, fields):
 # 5 (40-44), 64x32 at 2 stages 14.4 with 10 (104), 128x64 at 2 stages 12.4 with 4 stores and 25
 # loads (20 / 168). What stays at 160: the rescale of 160 columns per 32 keys (2.0 v_mul_f32 per
 # 4096 MACs, as d = 256's 128x32) and the 32-column V tail's 16-bit operand reads (1.6).
+# gfx12 flat decode d = 160 (issue 57) on its 16-key tile (the masked tiles keep 16 keys,
+# tl.dot's least): the scalar tile pointer drops the 64-bit address arithmetic of its 20 128-bit
+# K/V loads (about 85 of the 16x16 tile's 561 instructions a wave per tile: v_ashrrev_i32 and
+# v_lshlrev_b64 20 each, 21 adds, 24 s_delay_alu / s_wait_alu):
+# 28.1 / 30.6 (1.14x / 1.13x of d = 128's 24.6 / 27.0) -> 23.8 / 26.1 (0.97x / 0.97x) at
+# waves_per_eu 5, no spills (6 -> 5 waves, d = 128's flat decode's 5; at 6 23.3 / 25.4, but bf16
+# spills 11 and reloads 6 times per tile). Tried: 16x32 (K and V whole) at 6 / 5 / 4 22.1 / 21.4 /
+# 21.2 with 39 / 29 / 27 hot-loop reloads; 16x32 with K, V and their tails in 16-key halves 22.3 /
+# 21.8 (48 / 28); 16x64 20.4 (101); a lazy rescale (a row's maximum kept until passed by 2^8, the
+# rescale under a branch) 30.2: the report counts the branch whether taken or not. Q's tail is
+# converted to its WMMA layout in every key tile (ds_bpermute, 8 a tile; K's tail 8 more): Triton's
+# AMD ReorderInstructions sinks a one-use dot-operand conversion into its user's loop, and loading
+# Q's tail transposed changes nothing.
 KEY_HALVES = {("rdna4", "prefill", 80): (128, 64, 8, 1, 6), ("rdna4", "prefill", 96): (128, 64, 8, 1, 6),
               ("rdna4", "prefill", 160): (128, 64, 8, 1, 5), ("rdna4", "prefill", 256): (128, 32, 8, 1, 5),
               ("rdna3", "prefill", 80): (128, 64, 8, 2, 6), ("rdna3", "prefill", 96): (128, 64, 8, 2, 6),
               ("rdna3", "prefill", 160): (128, 32, 8, 2, 5),
               ("rdna3_small", "prefill", 80): (128, 64, 8, 1, 4), ("rdna3_small", "prefill", 96): (128, 64, 8, 1, 4),
-              ("rdna3_small", "prefill", 160): (128, 32, 8, 2, 4)}
+              ("rdna3_small", "prefill", 160): (128, 32, 8, 2, 4),
+              ("rdna4", "decode", 160): (16, 16, 1, 1, 5)}
 
 
 def key_halves(target, fields):
@@ -1045,6 +1068,30 @@ def key_halves(target, fields):
     return (*tile_key(target, fields), fields["block_d"]) in KEY_HALVES
 
 
+# attn_fwd's TAIL_VEC (attention.py): per (tile family, kernel class, head-dim tile) the columns
+# of each load of the split head dim's tail. gfx11 paged prefill d = 160 (128x32 over 8 waves,
+# issue 57): Triton loads the 32 x 32 V tail tile 4 columns (64 bits) a thread, one key row each,
+# too few for the in-thread transpose, so its WMMA operand was read from LDS 16 bits at a time (64
+# ds_load_u16(_d16_hi) and about 50 s_waitcnt a wave per tile); 2 columns give each thread two
+# key rows, and the transpose's ds_load_b128 (gfx1100 f16 / bf16 22.8 / 24.9 -> 21.4 / 23.9 per
+# 4096 MACs, 1.10x / 1.08x of d = 128's 19.4 / 22.2; gfx1103 22.8 / 25.0 -> 21.4 / 23.9, 1.10x /
+# 1.07x of 19.5 / 22.4), hot-loop scratch loads as before (31), 5 / 4 waves as before. The `_b32`
+# twins gain more (gfx1100 f16 18.4 -> 15.9, hot-loop reloads 25 -> 22, masked loops 86 -> 44);
+# the padded 64-bit variants keep Triton's vectors (with 2 they issue the same, 24.6 -> 24.8, and
+# store to scratch in the hot loop: 0 / 62 -> 7 / 75 per tile). A run-time 1 times the tail's
+# column offsets (contiguity 1) gave 24.5: each thread then gathers four keys' pages; two columns
+# with that run-time 1 851 / 949 instructions a wave per tile (gfx1100 exact, 1.098x), but the
+# `_b32` twins 634 -> 662. gfx1151 as gfx1100 (21.3 / 23.8).
+TAIL_VEC = {("rdna3", "prefill_paged", 160): 2, ("rdna3_small", "prefill_paged", 160): 2}
+
+
+def tail_vec(target, fields):
+    """attn_fwd's TAIL_VEC for the variant `fields` of `target` (TAIL_VEC; 0: Triton's choice)."""
+    if not fields["even_d"] and not fields.get("ptr32", False):
+        return 0
+    return TAIL_VEC.get((*tile_key(target, fields), fields["block_d"]), 0)
+
+
 def fwd_constexprs(target, fields):
     """attn_fwd's compile-time arguments for the variant `fields` of `target`."""
     bm, bn = kernel_tile(target, fields)[:2]
@@ -1052,7 +1099,7 @@ def fwd_constexprs(target, fields):
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_D": block_d, "BLOCK_D2": block_d2, "EVEN_D": fields["even_d"],
             "PAGED": fields["paged"], "EXTRAS": fields["extras"], "PAGE_TILES": page_tiles(target, fields),
             "FOLD_SCALE": target_kind(target) != "cuda", "ONE_LOOP": one_loop(target, fields),
-            "KEY_HALVES": key_halves(target, fields)}
+            "KEY_HALVES": key_halves(target, fields), "TAIL_VEC": tail_vec(target, fields)}
 
 
 def compile_one(job):

@@ -33,8 +33,10 @@ variant: the softmax scale folded into the exponent's FMA, on AMD, where it save
 score; on sm_90 it ran up to 5% slower at d = 64); PAGE_TILES (per target, not a variant: paged variants get a
 second key loop for pages that hold whole tiles, chosen at run time); KEY_HALVES (per target,
 tile class and head-dim tile, flat EVEN_D variants without EXTRAS: masked key tiles of half the
-tile first, then unmasked ones loaded in halves, or whole at a split head dim, _attend_halves;
-kernels/aot.py's KEY_HALVES). Everything else, the
+tile (16 keys at least) first, then unmasked ones loaded in halves, or whole at a split head dim,
+_attend_halves; kernels/aot.py's KEY_HALVES); TAIL_VEC (per target, tile class and head-dim
+tile: the split head dim's tail loaded in vectors of that many columns, 0: Triton's choice;
+kernels/aot.py's TAIL_VEC). Everything else, the
 batch/varlen choice included, is a run-time argument so that one code object serves every shape.
 """
 
@@ -314,6 +316,7 @@ def attn_fwd(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_D2: tl.constexpr,
     EVEN_D: tl.constexpr, PAGED: tl.constexpr, EXTRAS: tl.constexpr, PAGE_TILES: tl.constexpr,
     FOLD_SCALE: tl.constexpr, ONE_LOOP: tl.constexpr, KEY_HALVES: tl.constexpr = False,
+    TAIL_VEC: tl.constexpr = 0,
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -413,6 +416,11 @@ def attn_fwd(
         q2_ptrs = q_base + i[:, None] * stride_qm + head[:, None] * stride_qh + offs_d2[None, :]
         q2 = _load_tile(q2_ptrs, None, d_mask2[None, :], False, EVEN_D)
 
+    if TAIL_VEC > 0:
+        # The tail's K/V loads in vectors of TAIL_VEC columns (kernels/aot.py's TAIL_VEC): with 2,
+        # the 256 threads of a 32 x 32 V tail tile load two key rows each, which the in-thread
+        # transpose needs, where with Triton's 4 (64 bits) each loads one.
+        offs_d2 = tl.max_contiguous(offs_d2, TAIL_VEC)
     k_base = K + hk * stride_kh
     v_base = V + hk * stride_vh
     if not PAGED:
@@ -439,16 +447,20 @@ def attn_fwd(
         # (split head dim) whole (_attend_halves). The softmax update is order-free.
         # kernels/aot.py's KEY_HALVES.
         tl.static_assert(not PAGED and not EXTRAS and FOLD_SCALE and not ONE_LOOP)
+        # Masked tiles of BLOCK_N / 2 keys, but not below tl.dot's 16: a 16-key tile (a split head
+        # dim only, whose unmasked tiles load whole) keeps 16 for both.
+        tl.static_assert(BLOCK_N >= 32 or BLOCK_D2 > 0)
+        MASKED_N: tl.constexpr = BLOCK_N // 2 if BLOCK_N >= 32 else BLOCK_N
         acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, start, f0,
                                 k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                                 qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
                                 row_lo, row_hi, pre_lo, pre_hi,
-                                BLOCK_N // 2, BLOCK_D2, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, False, f0, f1)
+                                MASKED_N, BLOCK_D2, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, False, f0, f1)
         acc, acc2, m_i, l_i = _attend(acc, acc2, m_i, l_i, q, q2, k_base, v_base, table_row, offs_d, d_mask, offs_d2, d_mask2, f1, end,
                                 k_len, page_size, page_magic, num_blocks, Fault, stride_kb, stride_kn, stride_vb, stride_vn,
                                 qk_scale, sm_scale, softcap, has_softcap, has_alibi, slope, pos,
                                 row_lo, row_hi, None, None,
-                                BLOCK_N // 2, BLOCK_D2, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, False, f0, f1)
+                                MASKED_N, BLOCK_D2, PAGED, EXTRAS, True, EVEN_D, False, FOLD_SCALE, False, f0, f1)
         acc, acc2, m_i, l_i = _attend_halves(acc, acc2, m_i, l_i, q, q2, k_base, v_base, offs_d, d_mask, offs_d2, d_mask2,
                                              f0, f1, stride_kn, stride_vn, qk_scale, BLOCK_N, BLOCK_D2, EVEN_D)
     else:

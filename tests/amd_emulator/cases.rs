@@ -21,6 +21,8 @@ pub const CLASSES: &[ClassTest] = &[
     ("prefill_d256", prefill_d256),
     ("head_dims_above_256", head_dims_above_256),
     ("split_head_dims", split_head_dims),
+    ("split_head_dims_b64", split_head_dims_b64),
+    ("paged_prefill_d160", paged_prefill_d160),
     ("decode", decode),
     ("decode_d128", decode_d128),
     ("split_keys_merge", split_keys_merge),
@@ -177,6 +179,56 @@ fn split_head_dims(driver: &'static Driver) {
           "fwd_decode_fp16_d80_paged", "fwd_prefill_fp16_d80_flat_x", "fwd_prefill_bf16_d160_paged_x",
           "fwd_prefill_fp16_d160_flat", "fwd_prefill_fp16_d80_paged_x"],
     );
+}
+
+/// The 64-bit images of the split-tile decode variants that have a `_b32` twin, which small
+/// calls always take (twins.rs): flat decode at 160, both dtypes, GQA 4/1 over 70 keys (gfx12 runs
+/// KEY_HALVES' loops there, kernels/aot.py: four unmasked 16-key tiles from the scalar tile pointer
+/// and a masked one); against the CPU backend's output and LSE.
+fn split_head_dims_b64(driver: &'static Driver) {
+    let mut rng = rng();
+    take_launches();
+    for dtype in DTYPES {
+        let x = batch_inputs(&mut rng, (2, 1, 70, 4, 1, 160), dtype);
+        let op = fa::FlashAttn { softmax_scale: scale(160), alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None };
+        let (cpu_out, cpu_lse) = op.forward_with_lse(&x[0], &x[1], &x[2]).unwrap();
+        let (out, lse, splits) = crate::twins::batch_without_twin(driver, &x, scale(160), false);
+        crate::compare::agree(&format!("decode {dtype:?} d160 b2 s_k 70, 64-bit image, {splits} splits"), (&out, Some(&lse)), (&cpu_out, Some(&cpu_lse)));
+    }
+    launched_must_include("split_head_dims_b64", &["fwd_decode_fp16_d160_flat", "fwd_decode_bf16_d160_flat"]);
+    let launched = crate::compare::last_launched();
+    assert!(launched.iter().all(|v| !v.contains("_b32")), "a twin ran: {launched:?}");
+}
+
+/// Paged prefill at 160 with unmasked key tiles, both dtypes, pages of 16: 20 and 6 queries (GQA
+/// 2/1) against 70 and 45 keys without a mask, so that 32-key tiles run unmasked (gfx11 loads
+/// the tail of V there two columns a thread: kernels/aot.py's TAIL_VEC): the `_b32` twins, which
+/// small calls take, then the 64-bit images through the raw launch path (twins.rs).
+fn paged_prefill_d160(driver: &'static Driver) {
+    let mut rng = rng();
+    take_launches();
+    for dtype in DTYPES {
+        let r = ragged(&mut rng, &[(20, 70), (6, 45)], (2, 1, 160), dtype);
+        check(&format!("paged prefill {dtype:?} d160 page 16 non-causal"), driver, paged_call(&r, 16, &mut rng, false));
+    }
+    launched_must_include("paged_prefill_d160", &["fwd_prefill_fp16_d160_paged_b32", "fwd_prefill_bf16_d160_paged_b32"]);
+    // The 64-bit images (twins.rs), against the CPU backend's output and LSE.
+    for dtype in DTYPES {
+        let r = ragged(&mut rng, &[(20, 70), (6, 45)], (2, 1, 160), dtype);
+        let p = paginate(&mut rng, &r, 16, 1);
+        let (sq, sk) = r.seqlens();
+        let (cpu_out, cpu_lse) = fa::flash_attn_varlen_paged_windowed_with_lse(
+            &r.q, &p.k_pages, &p.v_pages, &sq, &sk, &p.table, None, 20, 70, scale(160), None, None, 16, None,
+        )
+        .unwrap();
+        let x = [r.q.clone(), p.k_pages.clone(), p.v_pages.clone()];
+        let (out, lse, splits) = crate::twins::paged_without_twin(driver, &x, (&sq, &sk, &p.table), (20, 70, 16), scale(160));
+        let what = format!("paged prefill {dtype:?} d160 page 16 non-causal, 64-bit image, {splits} splits");
+        crate::compare::agree(&what, (&out, Some(&lse)), (&cpu_out, Some(&cpu_lse)));
+    }
+    launched_must_include("paged_prefill_d160 64-bit", &["fwd_prefill_fp16_d160_paged", "fwd_prefill_bf16_d160_paged"]);
+    let launched = crate::compare::last_launched();
+    assert!(launched.iter().all(|v| !v.contains("_b32")), "a twin ran: {launched:?}");
 }
 
 /// The 256 tile (its own class: on RDNA it spills heavily to scratch). Causal 24 x 40 has no

@@ -4,7 +4,7 @@
 //! plan: the 64-bit image itself, on the same call.
 use candle::{DType, Device, Tensor};
 use flash_attn_rocm::gpu::{DeviceBuffer, Driver};
-use flash_attn_rocm::params::{AttnCall, Request};
+use flash_attn_rocm::params::{AttnCall, Request, VarLenRequest};
 use flash_attn_rocm::device::DeviceBuffers;
 use flash_attn_rocm::triton::{launch, plan, take_faults};
 
@@ -28,16 +28,64 @@ fn upload<'d>(driver: &'d Driver, data: &[u8]) -> DeviceBuffer<'d> {
 /// image; also the variants' names the plan chose.
 pub fn batch_without_twin(driver: &'static Driver, [q, k, v]: &[Tensor; 3], scale: f32, causal: bool) -> (Tensor, Tensor, usize) {
     let req = Request { softmax_scale: scale, alibi_slopes: None, window_size_left: None, window_size_right: causal.then_some(0), softcap: None, varlen: None };
-    let call = AttnCall::new(&req, [q.dtype(); 3], q.layout(), k.layout(), v.layout()).unwrap();
+    let (out, lse, call, splits) = launch_without_twin(driver, &req, [q, k, v], &[], DeviceBuffers::default());
+    let (b, _, h, _) = q.dims4().unwrap();
+    (out, lse.reshape((b, h, call.total_q / b)).unwrap(), splits)
+}
+
+/// Output `(total_q, h, d)` and LSE `(h, total_q)` of a paged call without a mask (varlen q,
+/// K/V pages `(blocks, page, h_k, d)`, a u32 block table) launched with the 64-bit image.
+pub fn paged_without_twin(
+    driver: &'static Driver,
+    [q, k_pages, v_pages]: &[Tensor; 3],
+    (cu_q, cu_k, table): (&Tensor, &Tensor, &Tensor),
+    (max_q, max_k, page): (usize, usize, usize),
+    scale: f32,
+) -> (Tensor, Tensor, usize) {
+    let varlen = VarLenRequest {
+        seqlens_q: cu_q, seqlens_k: cu_k, max_seqlen_q: max_q, max_seqlen_k: max_k, block_table: Some(table),
+        page_block_size: Some(page), mm_prefix_ranges: None,
+    };
+    let req = Request { softmax_scale: scale, alibi_slopes: None, window_size_left: None, window_size_right: None, softcap: None, varlen: Some(varlen) };
+    let side = [u32_bytes(cu_q), u32_bytes(cu_k), u32_bytes(table)];
+    let row_stride = table.dim(1).unwrap();
+    let buffers = DeviceBuffers { block_table_row_stride: row_stride, ..DeviceBuffers::default() };
+    let (out, lse, call, splits) = launch_without_twin(driver, &req, [q, k_pages, v_pages], &side, buffers);
+    (out, lse.reshape((call.num_heads, call.total_q)).unwrap(), splits)
+}
+
+fn u32_bytes(t: &Tensor) -> Vec<u8> {
+    t.flatten_all().unwrap().to_vec1::<u32>().unwrap().iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+/// Launches `req` on q/k/v with the plan's 64-bit image (its `_b32` twin taken out): `side` are
+/// the varlen side tensors' bytes (cumulative seqlens of q and k, then the block table), uploaded
+/// into `buffers`' seqstart_q, seqstart_k and block_table. Returns the output (q's shape), the
+/// LSE (flat), the call and the plan's splits.
+fn launch_without_twin(
+    driver: &'static Driver,
+    req: &Request<'_>,
+    [q, k, v]: [&Tensor; 3],
+    side: &[Vec<u8>],
+    mut buffers: DeviceBuffers,
+) -> (Tensor, Tensor, AttnCall, usize) {
+    let call = AttnCall::new(req, [q.dtype(); 3], q.layout(), k.layout(), v.layout()).unwrap();
     let mut plan = plan(driver, &call).unwrap();
     assert!(plan.kernels.fwd_b32.is_some(), "{}: no twin to take out", plan.kernels.fwd.variant);
     plan.kernels.fwd_b32 = None;
     let (q_d, k_d, v_d) = (upload(driver, &bytes(q)), upload(driver, &bytes(k)), upload(driver, &bytes(v)));
+    let side_d: Vec<DeviceBuffer> = side.iter().map(|b| upload(driver, b)).collect();
     let out_len = q.elem_count() * 2;
     let lse_len = call.total_q * call.num_heads;
     let (out_d, lse_d) = (upload(driver, &vec![0xff; out_len]), upload(driver, &vec![0xff; lse_len * 4]));
     let (l_len, o_len) = plan.scratch_lens(&call);
     let (l_acc, o_acc) = (upload(driver, &vec![0xff; l_len * 4]), upload(driver, &vec![0xff; o_len * 4]));
+    if let [seq_q, seq_k, rest @ ..] = side_d.as_slice() {
+        (buffers.seqstart_q, buffers.seqstart_k) = (seq_q.addr(), seq_k.addr());
+        if let [table] = rest {
+            buffers.block_table = table.addr();
+        }
+    }
     let buffers = DeviceBuffers {
         q: q_d.addr(),
         k: k_d.addr(),
@@ -46,11 +94,12 @@ pub fn batch_without_twin(driver: &'static Driver, [q, k, v]: &[Tensor; 3], scal
         lse: lse_d.addr(),
         lse_acc: l_acc.addr(),
         o_acc: o_acc.addr(),
-        ..DeviceBuffers::default()
+        ..buffers
     };
-    // SAFETY: every buffer was allocated for this call's shapes (q/k/v/out/LSE and the plan's
-    // split accumulators) on the driver's one device and outlives the launch, which runs to
-    // completion before it returns on the emulator; outputs do not alias inputs; stream 0.
+    // SAFETY: every buffer was allocated for this call's shapes (q/k/v/out/LSE, the side tensors
+    // and the plan's split accumulators) on the driver's one device and outlives the launch,
+    // which runs to completion before it returns on the emulator; outputs do not alias inputs;
+    // stream 0.
     unsafe { launch(driver, &call, &plan, &buffers) }.unwrap();
     driver.synchronize().unwrap();
     take_faults(driver).unwrap();
@@ -65,6 +114,5 @@ pub fn batch_without_twin(driver: &'static Driver, [q, k, v]: &[Tensor; 3], scal
     }
     .unwrap();
     let lse: Vec<f32> = lse.chunks_exact(4).map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]])).collect();
-    let (b, _, h, _) = q.dims4().unwrap();
-    (out, Tensor::from_vec(lse, (b, h, call.total_q / b), &Device::Cpu).unwrap(), plan.num_splits)
+    (out, Tensor::from_vec(lse, lse_len, &Device::Cpu).unwrap(), call, plan.num_splits)
 }

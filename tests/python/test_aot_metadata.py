@@ -287,29 +287,39 @@ class OneLoopTest(unittest.TestCase):
 class KeyHalvesTest(unittest.TestCase):
     """Which variants take KEY_HALVES' loops (aot.key_halves): gfx12's flat prefill at d = 256
     (on 128x32, unmasked tiles in halves) and at the split head dims 80, 96 and 160 (on 128x64,
-    masked tiles of 32 keys first), gfx11's at 80, 96 (128x64) and 160 (128x32, 2 stages), exact
-    head dim, no extras, 64-bit addressing; nothing else."""
+    masked tiles of 32 keys first), gfx11's at 80, 96 (128x64) and 160 (128x32, 2 stages), and
+    gfx12's flat decode at 160 (its 16-key tile, masked tiles of 16 keys), exact head dim, no
+    extras, 64-bit addressing; nothing else."""
 
     def halves(self, target):
         dims = [*aot.POW2_DIMS, *aot.SPLIT_DIMS]
         return {n: aot.kernel_tile(target, f) for n, family, f in aot.variants(dims, list(aot.DTYPES), target)
                 if family == "fwd" and aot.fwd_constexprs(target, f)["KEY_HALVES"]}
 
-    def check_family(self, targets, tiles, padded):
+    def check_family(self, targets, tiles, padded, decode=None):
         for target in targets:
-            self.assertEqual(self.halves(target), {f"fwd_prefill_{dtype}_d{d}_flat": tile
-                                                   for dtype in aot.DTYPES for d, tile in tiles.items()}, target)
+            want = {f"fwd_prefill_{dtype}_d{d}_flat": tile for dtype in aot.DTYPES for d, tile in tiles.items()}
+            want.update({f"fwd_decode_{dtype}_d{d}_flat": tile for dtype in aot.DTYPES
+                         for d, tile in (decode or {}).items()})
+            self.assertEqual(self.halves(target), want, target)
             # The padded variants (and their `_b32` twins) keep their tiles.
             for d, tile in padded.items():
                 for n, family, f in aot.variants([d], ["fp16"], target):
                     if n.startswith(f"fwd_prefill_fp16_d{d}p_flat") and not f["extras"]:
                         self.assertEqual(aot.kernel_tile(target, f)[:2], tile, n)
                         self.assertFalse(aot.fwd_constexprs(target, f)["KEY_HALVES"], n)
+            # The padded decode variants and the `_b32` twins keep the decode tile.
+            for d in decode or {}:
+                for n, family, f in aot.variants([d], ["fp16"], target):
+                    if n.startswith(f"fwd_decode_fp16_d{d}") and n != f"fwd_decode_fp16_d{d}_flat":
+                        self.assertEqual(aot.kernel_tile(target, f), (16, 16, 1, 1, 6), n)
+                        self.assertFalse(aot.fwd_constexprs(target, f)["KEY_HALVES"], n)
 
     def test_key_halves_variants_per_target(self):
         self.check_family(("gfx1200", "gfx1201"),
                           {256: (128, 32, 8, 1, 5), 160: (128, 64, 8, 1, 5), 96: (128, 64, 8, 1, 6), 80: (128, 64, 8, 1, 6)},
-                          {256: (128, 16), 160: (128, 32), 96: (128, 64), 80: (128, 64)})
+                          {256: (128, 16), 160: (128, 32), 96: (128, 64), 80: (128, 64)},
+                          decode={160: (16, 16, 1, 1, 5)})
         self.check_family(("gfx1100", "gfx1101", "gfx1151"),
                           {160: (128, 32, 8, 2, 5), 96: (128, 64, 8, 2, 6), 80: (128, 64, 8, 2, 6)},
                           {256: (128, 32), 160: (128, 32), 96: (64, 32), 80: (64, 32)})
@@ -318,6 +328,24 @@ class KeyHalvesTest(unittest.TestCase):
                           {256: (128, 32), 160: (128, 32), 96: (32, 32), 80: (64, 32)})
         for target in ("sm_80", "sm_90", "gfx942", "gfx1030"):
             self.assertEqual(self.halves(target), {}, target)
+
+
+class TailVecTest(unittest.TestCase):
+    """Which variants load the split head dim's tail in vectors of their own (aot.TAIL_VEC): gfx11's
+    paged prefill at 160 (2 columns), exact head dim and every `_b32` twin, not the padded 64-bit
+    variants nor the extras; nothing else."""
+
+    def test_tail_vec_variants_per_target(self):
+        def vec(target):
+            dims = [*aot.POW2_DIMS, *aot.SPLIT_DIMS]
+            return {n: aot.fwd_constexprs(target, f)["TAIL_VEC"] for n, family, f in aot.variants(dims, list(aot.DTYPES), target)
+                    if family == "fwd" and aot.fwd_constexprs(target, f)["TAIL_VEC"]}
+
+        for target in ("gfx1100", "gfx1103", "gfx1151"):
+            self.assertEqual(vec(target), {f"fwd_prefill_{dtype}_d160{p}_paged{b}": 2 for dtype in aot.DTYPES
+                                           for p, b in (("", ""), ("", "_b32"), ("p", "_b32"))}, target)
+        for target in ("sm_80", "sm_90", "gfx942", "gfx1030", "gfx1201"):
+            self.assertEqual(vec(target), {}, target)
 
 
 class SplitTileTest(unittest.TestCase):

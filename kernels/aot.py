@@ -1082,7 +1082,15 @@ def key_halves(target, fields):
 # column offsets (contiguity 1) gave 24.5: each thread then gathers four keys' pages; two columns
 # with that run-time 1 851 / 949 instructions a wave per tile (gfx1100 exact, 1.098x), but the
 # `_b32` twins 634 -> 662. gfx1151 as gfx1100 (21.3 / 23.8).
-TAIL_VEC = {("rdna3", "prefill_paged", 160): 2, ("rdna3_small", "prefill_paged", 160): 2}
+# gfx11's flat prefill at 160 (KEY_HALVES' 128x32 loop, whose 32 x 32 V tail tile is the same):
+# gfx1100 f16 / bf16 13.4 / 15.8 -> 11.8 / 14.1 (0.94x / 0.90x of d = 128's 12.5 / 15.7), gfx1103
+# 13.5 / 15.9 -> 11.7 / 14.2 (1.06x / 1.03x of d = 128's 11.0 / 13.8; 1.04x / 1.15x of d = 256's
+# 11.2 / 12.4), VGPR spills 91 -> 77 (gfx1103 102 -> 81), hot-loop scratch loads per tile 2 -> 3-4,
+# masked loops 44 -> 32 (gfx1103 57 -> 41-43), waves as before (5; gfx1103 4). Its padded `_b32`
+# twins: f16 16.0 -> 14.6 (hot-loop reloads 24 -> 31, masked 53 -> 75), bf16 19.6 -> 16.1 (27 ->
+# 26, 55 -> 49); the padded 64-bit variants and the extras keep Triton's vectors.
+TAIL_VEC = {("rdna3", "prefill_paged", 160): 2, ("rdna3_small", "prefill_paged", 160): 2,
+            ("rdna3", "prefill", 160): 2, ("rdna3_small", "prefill", 160): 2}
 
 
 def tail_vec(target, fields):

@@ -332,8 +332,8 @@ class KeyHalvesTest(unittest.TestCase):
 
 class TailVecTest(unittest.TestCase):
     """Which variants load the split head dim's tail in vectors of their own (aot.TAIL_VEC): gfx11's
-    paged prefill at 160 (2 columns), exact head dim and every `_b32` twin, not the padded 64-bit
-    variants nor the extras; nothing else."""
+    paged and flat prefill at 160 (2 columns), exact head dim and every `_b32` twin, not the padded
+    64-bit variants nor the extras; nothing else."""
 
     def test_tail_vec_variants_per_target(self):
         def vec(target):
@@ -342,8 +342,10 @@ class TailVecTest(unittest.TestCase):
                     if family == "fwd" and aot.fwd_constexprs(target, f)["TAIL_VEC"]}
 
         for target in ("gfx1100", "gfx1103", "gfx1151"):
-            self.assertEqual(vec(target), {f"fwd_prefill_{dtype}_d160{p}_paged{b}": 2 for dtype in aot.DTYPES
-                                           for p, b in (("", ""), ("", "_b32"), ("p", "_b32"))}, target)
+            self.assertEqual(vec(target), {f"fwd_prefill_{dtype}_d160{p}_{kind}{b}": 2 for dtype in aot.DTYPES
+                                           for kind in ("paged", "flat")
+                                           for p, b in (("", ""), ("", "_b32"), ("p", "_b32"))
+                                           if (kind, b) != ("flat", "_b32") or p}, target)
         for target in ("sm_80", "sm_90", "gfx942", "gfx1030", "gfx1201"):
             self.assertEqual(vec(target), {}, target)
 

@@ -105,7 +105,7 @@ fn prefill_head_dim_tiles(driver: &'static Driver) {
 /// the 80 tile (masked tail); 80, 96 and 160 without a mask (unmasked key tiles); flat decode at
 /// 80 and 160, paged decode at 80 and 96 and paged prefill at 80 and 96 (pages of 16), keys split
 /// at 80, merged by the 128 tile's merge, the extras variants (flat at 80, paged at 80 and 160),
-/// and f16 flat prefill at 160 over 150 keys.
+/// f16 flat prefill at 160 over 150 keys and 152 on the 160 tile.
 fn split_head_dims(driver: &'static Driver) {
     let mut rng = rng();
     take_launches();
@@ -160,6 +160,13 @@ fn split_head_dims(driver: &'static Driver) {
     // extras at 80 (128x16 over 8 waves, 3 stages; causal with softcap, keys 50 past the queries).
     let [q, k, v] = batch_inputs(&mut rng, (1, 24, 150, 1, 1, 160), DType::F16);
     check("prefill F16 d160 150 keys", driver, || Ok((fa::flash_attn(&q, &k, &v, scale(160), false)?, None)));
+    // A head dim of 152 on the 160 tile (the tail's last 8 columns masked), non-causal over 150
+    // keys, both dtypes: gfx11's padded `_b32` flat prefill loads the V tail two columns a thread
+    // (kernels/aot.py TAIL_VEC).
+    for dtype in DTYPES {
+        let [q, k, v] = batch_inputs(&mut rng, (1, 24, 150, 1, 1, 152), dtype);
+        check(&format!("prefill {dtype:?} d152 150 keys"), driver, || Ok((fa::flash_attn(&q, &k, &v, scale(152), false)?, None)));
+    }
     let r = ragged(&mut rng, &[(20, 70), (6, 45)], (2, 1, 80), DType::F16);
     let p = paginate(&mut rng, &r, 16, 1);
     let (sq, sk) = r.seqlens();
@@ -177,7 +184,8 @@ fn split_head_dims(driver: &'static Driver) {
           "fwd_decode_fp16_d80_flat", "fwd_decode_bf16_d80_flat", "fwd_decode_fp16_d160_flat", "fwd_decode_bf16_d96_paged",
           "fwd_prefill_fp16_d80_paged", "fwd_prefill_bf16_d96_paged", "merge_fp16_d128",
           "fwd_decode_fp16_d80_paged", "fwd_prefill_fp16_d80_flat_x", "fwd_prefill_bf16_d160_paged_x",
-          "fwd_prefill_fp16_d160_flat", "fwd_prefill_fp16_d80_paged_x"],
+          "fwd_prefill_fp16_d160_flat", "fwd_prefill_fp16_d80_paged_x", "fwd_prefill_fp16_d160p_flat",
+          "fwd_prefill_bf16_d160p_flat"],
     );
 }
 

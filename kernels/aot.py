@@ -377,10 +377,10 @@ TILES = {
 # - rdna3_small paged decode d = 80: 32x32 over 2 waves at 4, 56.4 / 60.2 -> 45.8 / 49.8 (1.21x ->
 #   0.98x of d = 64's 46.8; 8 spills outside the key loop); 16x32 54.6, 16x16 75.4. (d = 96, within
 #   1.1x already: 49.0 -> 42.5 there, with 12-18 spills; kept.)
-# Not within 1.1x (docs/kernel-report.md has why): gfx1103 flat prefill at 160 (1.45x -> 1.21x with
-# KEY_HALVES). Since within it: gfx1100 flat prefill at 80 / 96 / 160 (f16 1.32x / 1.23x / 1.26x ->
-# 0.96x / 0.99x / 1.07x) on KEY_HALVES' loops, gfx1201 flat decode at 160 (1.14x -> 0.97x) too
-# (KEY_HALVES' comment), gfx11 paged prefill at 160 (1.18x / 1.17x -> 1.10x) with TAIL_VEC. With
+# Each within 1.1x now (docs/kernel-report.md): gfx1100 flat prefill at 80 / 96 / 160 (f16 1.32x /
+# 1.23x / 1.26x -> 0.96x / 0.99x / 0.94x) and gfx1103's at 160 (1.45x -> 1.06x) on KEY_HALVES' loops,
+# at 160 with TAIL_VEC too; gfx1201 flat decode at 160 (1.14x -> 0.97x) on KEY_HALVES' loops; gfx11
+# paged prefill at 160 (1.18x / 1.17x -> 1.10x) with TAIL_VEC. With
 # _attend's loop, gfx11 d = 80 / 96 flat: 64-key tiles spill (128x64 over 8 waves 161
 # VGPRs, 26 reloads in the hot loop; at waves_per_eu 4-5 123-133 and 7-20; schedule hints: 161-296
 # spills), where d = 128 on 128x64 spills 31 with 1 reload. 2 stages (not yet taken): gfx1100 flat
@@ -1037,8 +1037,9 @@ def in_thread_transpose(target, fields):
 # at 4: 16.2 / 18.7 -> 13.5 / 15.9 (1.21x of d = 256's 11.2, 1.15x of d = 128's 13.8 bf16; 32 (136)
 # -> 2 (57)); one stage 14.1 with 4 (19), 3 stages 15.0 with 5 (50), "attention" 13.4 / 15.3 with
 # 5 (40-44), 64x32 at 2 stages 14.4 with 10 (104), 128x64 at 2 stages 12.4 with 4 stores and 25
-# loads (20 / 168). What stays at 160: the rescale of 160 columns per 32 keys (2.0 v_mul_f32 per
-# 4096 MACs, as d = 256's 128x32) and the 32-column V tail's 16-bit operand reads (1.6).
+# loads (20 / 168). What stayed at 160: the rescale of 160 columns per 32 keys (2.0 v_mul_f32 per
+# 4096 MACs, as d = 256's 128x32) and the 32-column V tail's 16-bit operand reads (1.6), which
+# TAIL_VEC (below) removes.
 # gfx12 flat decode d = 160 (issue 57) on its 16-key tile (the masked tiles keep 16 keys,
 # tl.dot's least): the scalar tile pointer drops the 64-bit address arithmetic of its 20 128-bit
 # K/V loads (about 85 of the 16x16 tile's 561 instructions a wave per tile: v_ashrrev_i32 and

@@ -203,9 +203,15 @@ fn split_head_dims_b64(driver: &'static Driver) {
         let (out, lse, splits) = crate::twins::batch_without_twin(driver, &x, scale(160), false);
         crate::compare::agree(&format!("decode {dtype:?} d160 b2 s_k 70, 64-bit image, {splits} splits"), (&out, Some(&lse)), (&cpu_out, Some(&cpu_lse)));
     }
-    launched_must_include("split_head_dims_b64", &["fwd_decode_fp16_d160_flat", "fwd_decode_bf16_d160_flat"]);
+    launched_only_64_bit("split_head_dims_b64", &["fwd_decode_fp16_d160_flat", "fwd_decode_bf16_d160_flat"]);
+}
+
+/// launched_must_include for the calls run through twins.rs' raw launch paths, which must have
+/// launched no `_b32` twin.
+fn launched_only_64_bit(what: &str, expected: &[&str]) {
+    launched_must_include(what, expected);
     let launched = crate::compare::last_launched();
-    assert!(launched.iter().all(|v| !v.contains("_b32")), "a twin ran: {launched:?}");
+    assert!(launched.iter().all(|v| !v.contains("_b32")), "{what}: a twin ran: {launched:?}");
 }
 
 /// Paged prefill at 160 with unmasked key tiles, both dtypes, pages of 16: 20 and 6 queries (GQA
@@ -234,9 +240,7 @@ fn paged_prefill_d160(driver: &'static Driver) {
         let what = format!("paged prefill {dtype:?} d160 page 16 non-causal, 64-bit image, {splits} splits");
         crate::compare::agree(&what, (&out, Some(&lse)), (&cpu_out, Some(&cpu_lse)));
     }
-    launched_must_include("paged_prefill_d160 64-bit", &["fwd_prefill_fp16_d160_paged", "fwd_prefill_bf16_d160_paged"]);
-    let launched = crate::compare::last_launched();
-    assert!(launched.iter().all(|v| !v.contains("_b32")), "a twin ran: {launched:?}");
+    launched_only_64_bit("paged_prefill_d160 64-bit", &["fwd_prefill_fp16_d160_paged", "fwd_prefill_bf16_d160_paged"]);
 }
 
 /// The 256 tile (its own class: on RDNA it spills heavily to scratch). Causal 24 x 40 has no

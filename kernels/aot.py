@@ -520,7 +520,11 @@ SPLIT_OPTIONS = {
 # 554 / 547 (128x32 slower everywhere); d = 64 (32 heads) 128x128 x 3 stages at 8 x 2048 376 / 305
 # against 399 / 349, 2 x 8192 418 / 387 against 404 / 381, 1 x 16384 430 / 416 against 406 / 393
 # (2 stages 1-4% slower from 4096 keys; 128x64 and 128x256 slower everywhere, 128x256 spills), so
-# only past the prefill class's keys, where the `tl` kernels ran.
+# only past the prefill class's keys, where the `tl` kernels ran. FlashAttention-3's ping-pong
+# (the two consumers taking turns, through a pair of mbarriers, to issue each key step's wgmmas)
+# was 0.96-1.01x of these kernels on an H100 at d = 128 (JIT, the same setup, f16 / bf16: walk
+# 32 x 512 0.966 / 0.962, causal 0.976 / 0.978, causal 16 x 1024 0.985 / 0.979; ws 16 x 1024
+# 0.987 / 1.013), so none: each consumer already overlaps its softmax with its own P V.
 # Its walking twin (attention_ws.attn_fwd_tma_walk, "prefill_walk": one program per SM walking the
 # blocks) at d = 128 only; src/triton/tma.rs `walk_keys` has its figures. 128x64 x 4 stages (two Q
 # buffer pairs, 192 KiB) against the ws tile (128x128 x 2) on an H200 (JIT, the same setup, three

@@ -220,6 +220,18 @@ def _attend(
 
 
 @triton.jit
+def _online_softmax(s, m_i, l_i, qk_scale):
+    """One tile's softmax update from its unscaled scores `s` (FOLD_SCALE): P at the new running
+    maximum (the scale and the maximum in one FMA per score), the rescale `alpha` the
+    accumulators owe, and the new row sums and maximum."""
+    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.math.exp2(tl.fma(s, qk_scale, -m_safe[:, None]))
+    alpha = tl.math.exp2(m_i - m_safe)
+    return p, alpha, l_i * alpha + tl.sum(p, 1), m_new
+
+
+@triton.jit
 def _attend_halves(acc, acc2, m_i, l_i, q, q2, K, V, offs_d, d_mask, offs_d2, d_mask2, start, end, stride_kn,
                    stride_vn, qk_scale, BLOCK_N: tl.constexpr, BLOCK_D2: tl.constexpr, EVEN_D: tl.constexpr):
     """_attend's unmasked tiles [start, end) for flat K/V, EVEN_D or not, without EXTRAS, with
@@ -243,17 +255,12 @@ def _attend_halves(acc, acc2, m_i, l_i, q, q2, K, V, offs_d, d_mask, offs_d2, d_
             s = tl.dot(q, k)
             k2 = _load_tile(K_t + k2_offs, None, d_mask2[:, None], False, EVEN_D)
             s = tl.dot(q2, k2, s)
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.math.exp2(tl.fma(s, qk_scale, -m_safe[:, None]))
-            alpha = tl.math.exp2(m_i - m_safe)
-            l_i = l_i * alpha + tl.sum(p, 1)
+            p, alpha, l_i, m_i = _online_softmax(s, m_i, l_i, qk_scale)
             p = p.to(V.dtype.element_ty)
             v2 = _load_tile(V_t + v2_offs, None, d_mask2[None, :], False, EVEN_D)
             acc2 = acc2 * alpha[:, None] + tl.dot(p, v2)
             v = _load_tile(V_t + v_offs, None, d_mask[None, :], False, EVEN_D)
             acc = acc * alpha[:, None] + tl.dot(p, v)
-            m_i = m_new
             K_t += BLOCK_N * stride_kn
             V_t += BLOCK_N * stride_vn
     else:
@@ -264,17 +271,12 @@ def _attend_halves(acc, acc2, m_i, l_i, q, q2, K, V, offs_d, d_mask, offs_d2, d_
             k_b = _load_tile(K_t + HALF * stride_kn + k_offs, None, d_mask[:, None], False, EVEN_D)
             k = tl.reshape(tl.permute(tl.join(k_a, k_b), (0, 2, 1)), [k_a.shape[0], BLOCK_N])
             s = tl.dot(q, k)
-            m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.math.exp2(tl.fma(s, qk_scale, -m_safe[:, None]))
-            alpha = tl.math.exp2(m_i - m_safe)
-            l_i = l_i * alpha + tl.sum(p, 1)
+            p, alpha, l_i, m_i = _online_softmax(s, m_i, l_i, qk_scale)
             p_a, p_b = tl.split(tl.permute(tl.reshape(p.to(V.dtype.element_ty), [p.shape[0], 2, HALF]), (0, 2, 1)))
             v_a = _load_tile(V_t + v_offs, None, d_mask[None, :], False, EVEN_D)
             acc = acc * alpha[:, None] + tl.dot(p_a, v_a)
             v_b = _load_tile(V_t + HALF * stride_vn + v_offs, None, d_mask[None, :], False, EVEN_D)
             acc = tl.dot(p_b, v_b, acc)
-            m_i = m_new
             K_t += BLOCK_N * stride_kn
             V_t += BLOCK_N * stride_vn
     return acc, acc2, m_i, l_i
